@@ -1,0 +1,95 @@
+/* dgcshim configuration: the DGC_* environment variables.
+ *
+ * Every variable lives in one table (shim/config.c). The parser, the start-up
+ * banner, the cross-rank consistency hash and the README all follow that table. */
+#ifndef DGCSHIM_CONFIG_H
+#define DGCSHIM_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    DGC_LOG_ERROR = 0,
+    DGC_LOG_WARN = 1,
+    DGC_LOG_INFO = 2,
+    DGC_LOG_DEBUG = 3
+} dgc_log_level;
+
+typedef struct dgc_config {
+    int enable;              /* DGC_ENABLE */
+    double sparsity;         /* DGC_SPARSITY, [0, 1) */
+    uint64_t warmup_steps;   /* DGC_WARMUP_STEPS */
+    double momentum;         /* DGC_MOMENTUM, [0, 1) */
+    int nesterov;            /* DGC_NESTEROV */
+    int momentum_masking;    /* DGC_MOMENTUM_MASKING */
+    double clip_norm;        /* DGC_CLIP_NORM, 0 = off */
+    uint64_t min_elements;   /* DGC_MIN_ELEMENTS */
+    uint64_t min_ranks;      /* DGC_MIN_RANKS */
+    double sample_ratio;     /* DGC_SAMPLE_RATIO, (0, 1] */
+    int log_level;           /* DGC_LOG_LEVEL, a dgc_log_level */
+    int stats;               /* DGC_STATS */
+} dgc_config;
+
+/* Options in table order; DGC_OPT_COUNT is the number of variables. */
+typedef enum {
+    DGC_OPT_ENABLE,
+    DGC_OPT_SPARSITY,
+    DGC_OPT_WARMUP_STEPS,
+    DGC_OPT_MOMENTUM,
+    DGC_OPT_NESTEROV,
+    DGC_OPT_MOMENTUM_MASKING,
+    DGC_OPT_CLIP_NORM,
+    DGC_OPT_MIN_ELEMENTS,
+    DGC_OPT_MIN_RANKS,
+    DGC_OPT_SAMPLE_RATIO,
+    DGC_OPT_LOG_LEVEL,
+    DGC_OPT_STATS,
+    DGC_OPT_COUNT
+} dgc_option;
+
+/* Looks a variable up by name; returns NULL when unset. getenv is one. */
+typedef const char *(*dgc_env_lookup)(const char *name);
+
+/* Fills *cfg from the environment. Returns 0, or -1 with a message naming the
+ * variable, the value and the accepted range in err. On error *cfg holds the
+ * defaults for every variable, so callers can still log sensibly. */
+int dgc_config_parse(dgc_config *cfg, dgc_env_lookup lookup, char *err, size_t errlen);
+
+/* The defaults, as if no variable were set. */
+void dgc_config_defaults(dgc_config *cfg);
+
+/* Name ("DGC_SPARSITY"), default as text, and accepted range as text. */
+const char *dgc_option_name(dgc_option opt);
+const char *dgc_option_default(dgc_option opt);
+const char *dgc_option_range(dgc_option opt);
+
+/* 1 when ranks must agree on the option (it changes what goes on the wire). */
+int dgc_option_is_collective(dgc_option opt);
+
+/* A hash of the parsed value of one option; equal values hash equal. */
+uint64_t dgc_option_hash(const dgc_config *cfg, dgc_option opt);
+
+/* Writes "DGC_SPARSITY=0.999" for one option into buf. */
+void dgc_option_describe(const dgc_config *cfg, dgc_option opt, char *buf, size_t len);
+
+/* Writes "DGC_ENABLE=1 DGC_SPARSITY=0.999 ..." (every option) into buf. */
+void dgc_config_describe(const dgc_config *cfg, char *buf, size_t len);
+
+/* The process-wide configuration the interposers read. It reads as disabled
+ * (enable = 0) until dgc_config_install() runs, so nothing is compressed
+ * before MPI_Init has validated the environment. */
+const dgc_config *dgc_config_current(void);
+void dgc_config_install(const dgc_config *cfg);
+
+/* The rank used in log lines (-1 until known). */
+int dgc_config_rank(void);
+void dgc_config_set_rank(int rank);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,76 @@
+/* The DGC engine: per-buffer state, compression into a fixed-size payload, and
+ * decoding of the gathered payloads. It knows DGC and nothing of MPI or NCCL.
+ *
+ * One call of the algorithm on one buffer is:
+ *     k = dgc_k_for(n, dgc_density_at(...))         (collective-consistent)
+ *     dgc_compress(state, g, &params, payload)      (state untouched, payload filled)
+ *     all-gather the payloads                        (the front end's job)
+ *     dgc_decode(gathered, ...)                      (writes the dense output)
+ *     dgc_commit(state, outcome)                     (residual and momentum advance)
+ * Splitting compress and commit is what keeps a non-finite step out of the
+ * state on every rank: nobody knows the step was bad until after the gather. */
+#ifndef DGCSHIM_ENGINE_H
+#define DGCSHIM_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dgcshim/config.h"
+#include "dgcshim/wire.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Density (1 - sparsity) for a step under warm-up: 25%, 6.25%, ... a quarter
+ * each stage, the stages spread evenly over warmup_steps, never below the
+ * target density; the target from warmup_steps on. */
+double dgc_density_at(double sparsity, uint64_t warmup_steps, uint64_t step);
+
+/* k = ceil(density * n), at least 1, at most n. */
+uint64_t dgc_k_for(uint64_t n, double density);
+
+/* What one compressed call needs beyond the state. */
+typedef struct {
+    uint64_t step;        /* per (communicator, count) call counter */
+    uint64_t k;           /* slots in the payload */
+    float momentum;       /* DGC_MOMENTUM */
+    int nesterov;         /* DGC_NESTEROV */
+    int momentum_masking; /* DGC_MOMENTUM_MASKING */
+    double clip_norm;     /* DGC_CLIP_NORM (0 = off) */
+    int nranks;           /* for the N^-1/2 clipping scale */
+    double sample_ratio;  /* DGC_SAMPLE_RATIO */
+} dgc_step_params;
+
+typedef struct dgc_state dgc_state;
+
+/* State for an n-element buffer; momentum arrays only when with_momentum.
+ * Returns NULL when memory is short. */
+dgc_state *dgc_state_create(uint64_t n, int with_momentum);
+void dgc_state_destroy(dgc_state *s);
+uint64_t dgc_state_size(const dgc_state *s);
+
+/* The residual v and momentum u as committed (u is NULL without momentum). */
+const float *dgc_state_residual(const dgc_state *s);
+const float *dgc_state_momentum(const dgc_state *s);
+
+/* Computes this step's update of u and v into scratch, selects at most p->k of
+ * the largest |v|, and writes the payload (header + k slots, unused slots
+ * (index 0, value 0)). When g holds Inf or NaN the payload carries the
+ * DGC_WIRE_NONFINITE flag. The committed state is not changed.
+ * Returns 0, or -1 when memory for scratch could not be had. */
+int dgc_compress(dgc_state *s, const float *g, const dgc_step_params *p, void *payload);
+
+/* The number of real (non-padding) pairs the last dgc_compress selected. */
+uint64_t dgc_last_selected(const dgc_state *s);
+
+/* Makes the last dgc_compress's update the committed state and masks the sent
+ * indices (v = 0, and u = 0 when masking). Call only when no rank's payload was
+ * non-finite; otherwise call dgc_discard. */
+void dgc_commit(dgc_state *s, const dgc_step_params *p);
+void dgc_discard(dgc_state *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

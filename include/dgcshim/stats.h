@@ -1,0 +1,33 @@
+/* Per-buffer statistics, printed at MPI_Finalize on rank 0 when DGC_STATS=1. */
+#ifndef DGCSHIM_STATS_H
+#define DGCSHIM_STATS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    uint64_t calls;          /* compressed calls on this buffer */
+    uint64_t nonfinite;      /* of those, steps dropped for Inf/NaN on some rank */
+    uint64_t dense_bytes;    /* what a dense all-reduce would have sent per rank: 4n per call */
+    uint64_t wire_bytes;     /* what this rank sent: one payload per call */
+    double engine_seconds;   /* compress + decode + commit, excluding the exchange */
+} dgc_buffer_stats;
+
+/* dense_bytes / wire_bytes, 0 when nothing was sent. */
+double dgc_stats_ratio(const dgc_buffer_stats *s);
+
+/* Adds b into a. */
+void dgc_stats_add(dgc_buffer_stats *a, const dgc_buffer_stats *b);
+
+/* The column header and one row of the report. */
+void dgc_stats_header(char *buf, size_t len);
+void dgc_stats_row(const char *label, uint64_t count, const dgc_buffer_stats *s, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,58 @@
+/* The element-wise DGC update rules, written once for the host engine and the
+ * CUDA kernels (which compile this header with DGC_HOSTDEV = __host__ __device__).
+ *
+ * Each function is one step of the per-element algorithm in DESIGN.md. Keeping
+ * them here is what makes "the same steps on host and device" true by
+ * construction rather than by review. */
+#ifndef DGCSHIM_UPDATE_RULES_H
+#define DGCSHIM_UPDATE_RULES_H
+
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __CUDACC__
+#define DGC_HOSTDEV __host__ __device__ __forceinline__
+#else
+#define DGC_HOSTDEV static inline
+#endif
+
+/* Momentum correction. Returns the amount added to the residual v and writes
+ * the new momentum to *u_out. Plain: u = m*u + g, add u. Nesterov:
+ * u = m*(u + g), add u + g. m = 0 gives plain error feedback (add g). */
+DGC_HOSTDEV float dgc_rule_momentum(float u, float g, float m, int nesterov, float *u_out) {
+    if (nesterov) {
+        float un = m * (u + g);
+        *u_out = un;
+        return un + g;
+    }
+    float un = m * u + g;
+    *u_out = un;
+    return un;
+}
+
+/* Residual accumulation: v = v + add. */
+DGC_HOSTDEV float dgc_rule_accumulate(float v, float add) { return v + add; }
+
+/* The local-clipping factor: min(1, clip_norm / sqrt(nranks) / ||g||_2).
+ * clip_norm <= 0 disables clipping. sumsq is sum(g^2) in double. */
+DGC_HOSTDEV float dgc_rule_clip_scale(double sumsq, double clip_norm, int nranks) {
+    if (clip_norm <= 0 || !(sumsq > 0)) return 1.0f;
+    double limit = clip_norm / __builtin_sqrt((double)nranks);
+    double norm = __builtin_sqrt(sumsq);
+    return norm > limit ? (float)(limit / norm) : 1.0f;
+}
+
+/* 1 when |x| is Inf or NaN, by the exponent bits: vectorises, unlike isfinite. */
+DGC_HOSTDEV uint32_t dgc_rule_nonfinite(float x) {
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    return (bits & 0x7f800000u) == 0x7f800000u;
+}
+
+/* Selection test: sent when at or above the threshold and not zero. */
+DGC_HOSTDEV int dgc_rule_selected(float v, float thr) {
+    float a = v < 0 ? -v : v;
+    return a >= thr && a > 0.0f;
+}
+
+#endif

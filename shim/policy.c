@@ -1,0 +1,29 @@
+#include "dgcshim/policy.h"
+
+#include <limits.h>
+
+#include "dgcshim/wire.h"
+
+int dgc_policy_compressible(const dgc_config *cfg, uint64_t count, int nranks) {
+    return cfg->enable && count >= cfg->min_elements && count <= DGC_MAX_ELEMENTS &&
+           (uint64_t)nranks >= cfg->min_ranks;
+}
+
+int dgc_policy_plan(const dgc_config *cfg, uint64_t count, uint64_t step, int nranks,
+                    dgc_step_params *out) {
+    uint64_t k = dgc_k_for(count, dgc_density_at(cfg->sparsity, cfg->warmup_steps, step));
+    /* The exchange counts in 8-byte words with an int count, per rank and in total. */
+    uint64_t words = dgc_wire_bytes(k) / 8;
+    if (words > (uint64_t)INT_MAX || words * (uint64_t)nranks > (uint64_t)INT_MAX) return -1;
+    *out = (dgc_step_params){
+        .step = step,
+        .k = k,
+        .momentum = (float)cfg->momentum,
+        .nesterov = cfg->nesterov,
+        .momentum_masking = cfg->momentum_masking,
+        .clip_norm = cfg->clip_norm,
+        .nranks = nranks,
+        .sample_ratio = cfg->sample_ratio,
+    };
+    return 0;
+}

@@ -1,0 +1,72 @@
+/* Quickselect (Hoare partition, median-of-three pivot) over floats and over
+ * index lists keyed by |v|. Both are written out rather than shared through a
+ * comparator callback, since the call per comparison would dominate. */
+#include "topk.h"
+
+#include <math.h>
+
+static void swap_f(float *a, float *b) {
+    float t = *a;
+    *a = *b;
+    *b = t;
+}
+
+static void swap_u(uint32_t *a, uint32_t *b) {
+    uint32_t t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Median of three by value, moved to position lo; the others bracket it. */
+static float pivot_f(float *a, size_t lo, size_t hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (a[mid] > a[lo]) swap_f(&a[mid], &a[lo]);
+    if (a[hi] > a[lo]) swap_f(&a[hi], &a[lo]);
+    if (a[hi] > a[mid]) swap_f(&a[hi], &a[mid]);
+    return a[mid]; /* a[lo] >= a[mid] >= a[hi] */
+}
+
+float dgc_topk_kth_largest(float *a, size_t n, size_t kth) {
+    size_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        float p = pivot_f(a, lo, hi);
+        size_t i = lo, j = hi;
+        for (;;) { /* descending: big values to the left */
+            while (a[i] > p) i++;
+            while (a[j] < p) j--;
+            if (i >= j) break;
+            swap_f(&a[i], &a[j]);
+            i++;
+            j--;
+        }
+        /* now a[lo..j] >= p >= a[j+1..hi] */
+        if (kth <= j) hi = j;
+        else lo = j + 1;
+    }
+    return a[kth];
+}
+
+static float mag(const float *v, uint32_t i) { return fabsf(v[i]); }
+
+void dgc_topk_indices(uint32_t *idx, size_t n, size_t k, const float *v) {
+    if (k == 0 || k >= n) return;
+    size_t kth = k - 1, lo = 0, hi = n - 1;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (mag(v, idx[mid]) > mag(v, idx[lo])) swap_u(&idx[mid], &idx[lo]);
+        if (mag(v, idx[hi]) > mag(v, idx[lo])) swap_u(&idx[hi], &idx[lo]);
+        if (mag(v, idx[hi]) > mag(v, idx[mid])) swap_u(&idx[hi], &idx[mid]);
+        float p = mag(v, idx[mid]);
+        size_t i = lo, j = hi;
+        for (;;) {
+            while (mag(v, idx[i]) > p) i++;
+            while (mag(v, idx[j]) < p) j--;
+            if (i >= j) break;
+            swap_u(&idx[i], &idx[j]);
+            i++;
+            j--;
+        }
+        if (kth <= j) hi = j;
+        else lo = j + 1;
+    }
+}

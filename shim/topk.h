@@ -1,0 +1,18 @@
+/* Selection helpers for the host engine: k-th largest of a float array and the
+ * top k of an index list by |v|. Average O(n), in place, no allocation. */
+#ifndef DGCSHIM_TOPK_H
+#define DGCSHIM_TOPK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Reorders a[0..n) so that a[kth] holds the value that would sit at kth in a
+ * descending sort, everything before it >= and after it <=. Returns a[kth].
+ * Requires kth < n and no NaN in a. */
+float dgc_topk_kth_largest(float *a, size_t n, size_t kth);
+
+/* Reorders idx[0..n) so that its first k entries are indices of the k largest
+ * |v[idx[i]]| (ties broken arbitrarily). Requires k <= n, no NaN in v. */
+void dgc_topk_indices(uint32_t *idx, size_t n, size_t k, const float *v);
+
+#endif

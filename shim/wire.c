@@ -1,0 +1,80 @@
+/* Payload layout and the decoder. The decoder is the only code that writes
+ * what other ranks sent into user memory, so it validates everything first. */
+#include "dgcshim/wire.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+size_t dgc_wire_bytes(uint64_t k) { return sizeof(dgc_wire_header) + (size_t)k * 8u; }
+
+dgc_wire_header *dgc_wire_header_of(void *payload) { return (dgc_wire_header *)payload; }
+
+uint32_t *dgc_wire_indices(void *payload) {
+    return (uint32_t *)((char *)payload + sizeof(dgc_wire_header));
+}
+
+float *dgc_wire_values(void *payload, uint64_t k) {
+    return (float *)((char *)payload + sizeof(dgc_wire_header) + (size_t)k * 4u);
+}
+
+static const char *payload_at(const void *gathered, int rank, uint64_t k) {
+    return (const char *)gathered + (size_t)rank * dgc_wire_bytes(k);
+}
+
+/* Returns 0 when rank's payload is sound, else writes why into err. */
+static int check_payload(const char *p, int rank, uint64_t step, uint64_t n, uint64_t k, char *err,
+                         size_t errlen) {
+    dgc_wire_header h;
+    memcpy(&h, p, sizeof h);
+    if (h.magic != DGC_WIRE_MAGIC || (h.flags & ~DGC_WIRE_NONFINITE) != 0) {
+        snprintf(err, errlen, "payload from rank %d is not a dgcshim payload (magic 0x%08x flags 0x%x)",
+                 rank, h.magic, h.flags);
+        return -1;
+    }
+    if (h.step != step || h.n != n || h.k != k) {
+        snprintf(err, errlen,
+                 "payload from rank %d disagrees: step %llu n %llu k %llu, expected step %llu n %llu k %llu",
+                 rank, (unsigned long long)h.step, (unsigned long long)h.n, (unsigned long long)h.k,
+                 (unsigned long long)step, (unsigned long long)n, (unsigned long long)k);
+        return -1;
+    }
+    const uint32_t *idx = (const uint32_t *)(p + sizeof h);
+    for (uint64_t j = 0; j < k; j++) {
+        if (idx[j] >= n) {
+            snprintf(err, errlen, "payload from rank %d: slot %llu holds index %u, out of range for n %llu",
+                     rank, (unsigned long long)j, idx[j], (unsigned long long)n);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int any_nonfinite(const void *gathered, int nranks, uint64_t k) {
+    for (int r = 0; r < nranks; r++) {
+        dgc_wire_header h;
+        memcpy(&h, payload_at(gathered, r, k), sizeof h);
+        if (h.flags & DGC_WIRE_NONFINITE) return 1;
+    }
+    return 0;
+}
+
+dgc_decode_result dgc_wire_decode(const void *gathered, int nranks, uint64_t step, uint64_t n,
+                                  uint64_t k, float *out, char *err, size_t errlen) {
+    for (int r = 0; r < nranks; r++)
+        if (check_payload(payload_at(gathered, r, k), r, step, n, k, err, errlen) != 0)
+            return DGC_DECODE_BAD;
+    if (any_nonfinite(gathered, nranks, k)) {
+        /* Every element non-finite: whatever the framework checks, it sees it. */
+        for (uint64_t i = 0; i < n; i++) out[i] = NAN;
+        return DGC_DECODE_NONFINITE;
+    }
+    memset(out, 0, (size_t)n * sizeof *out);
+    for (int r = 0; r < nranks; r++) {
+        const char *p = payload_at(gathered, r, k);
+        const uint32_t *idx = (const uint32_t *)(p + sizeof(dgc_wire_header));
+        const float *val = (const float *)(p + sizeof(dgc_wire_header) + (size_t)k * 4u);
+        for (uint64_t j = 0; j < k; j++) out[idx[j]] += val[j];
+    }
+    return DGC_DECODE_OK;
+}
