@@ -1,2 +1,319 @@
+/* An ordinary MPI program that checks what MPI_Allreduce returns when run
+ * under LD_PRELOAD=libdgcshim.so. It knows nothing of the shim's code: its
+ * DGC reference below is written from DESIGN.md alone, and pass-through is
+ * checked against PMPI_Allreduce, which the shim does not intercept.
+ *
+ *   allreduce_check reference [options]   DGC result == independent reference
+ *   allreduce_check passthrough [--expect-compressed 0|1]
+ *   allreduce_check drain [options]       conservation over many steps
+ *   allreduce_check stats                 a 1M-element buffer for DGC_STATS
+ *
+ * Every mode also checks that all ranks hold identical output bytes. Exits 0
+ * and prints "PASS mode" on rank 0, or prints the first failure and exits 1. */
+#include <math.h>
 #include <mpi.h>
-int main(int c, char**v){MPI_Init(&c,&v);MPI_Finalize();return 0;}
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    long n, steps, warmup, nonfinite_step;
+    double sparsity, momentum, clip;
+    int nesterov, masking, inplace, expect_compressed, inf;
+} options;
+
+static int rank, nranks;
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+#include <stdarg.h>
+static void fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "FAIL rank %d: ", rank);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+static uint64_t splitmix(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* The gradient of rank r at step s, element i: uniform in [-1, 1) times a
+ * per-element scale spanning three decades, like layers of different sizes. */
+static float grad(int r, long s, long i) {
+    uint64_t h = splitmix(((uint64_t)r << 48) ^ ((uint64_t)s << 24) ^ (uint64_t)i);
+    double u = (double)(h >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+    double scale = pow(10.0, -(double)(splitmix((uint64_t)i) % 3));
+    return (float)(u * scale);
+}
+
+static void fill_grad(float *g, int r, long s, long n) {
+    for (long i = 0; i < n; i++) g[i] = grad(r, s, i);
+}
+
+/* ---- identical bytes on all ranks ---- */
+static uint64_t hash_bytes(const void *p, size_t len) {
+    const unsigned char *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < len; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static void check_identical(const float *out, long n, const char *what) {
+    uint64_t h = hash_bytes(out, (size_t)n * sizeof *out);
+    uint64_t *all = malloc((size_t)nranks * sizeof *all);
+    MPI_Allgather(&h, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
+    for (int r = 1; r < nranks; r++)
+        if (all[r] != all[0]) fail("%s: output bytes differ between rank 0 and rank %d", what, r);
+    free(all);
+}
+
+/* ---- the reference, from DESIGN.md ---- */
+static double density_at(const options *o, long step) {
+    double target = 1.0 - o->sparsity;
+    if (step >= o->warmup) return target;
+    int stages = 0;
+    for (double d = 0.25; d > target; d /= 4) stages++;
+    if (stages == 0) return target;
+    long stage = step * stages / o->warmup;
+    double d = 0.25 / pow(4.0, (double)stage);
+    return d > target ? d : target;
+}
+
+static long k_at(const options *o, long step) {
+    long k = (long)ceil(density_at(o, step) * (double)o->n);
+    return k < 1 ? 1 : k > o->n ? o->n : k;
+}
+
+typedef struct {
+    float *u, *v;
+} ref_rank;
+
+static const float *sort_key;
+static int by_magnitude_desc(const void *a, const void *b) {
+    float x = fabsf(sort_key[*(const long *)a]), y = fabsf(sort_key[*(const long *)b]);
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* One step of rank r's DGC state; adds its sent pairs into out. */
+static void ref_step(const options *o, ref_rank *st, const float *g0, long k, float *out, long *order) {
+    long n = o->n;
+    float scale = 1.0f;
+    if (o->clip > 0) {
+        double ss = 0;
+        for (long i = 0; i < n; i++) ss += (double)g0[i] * g0[i];
+        double limit = o->clip / sqrt((double)nranks), norm = sqrt(ss);
+        if (norm > limit) scale = (float)(limit / norm);
+    }
+    float m = (float)o->momentum;
+    for (long i = 0; i < n; i++) {
+        float g = g0[i] * scale;
+        if (o->nesterov) {
+            st->u[i] = m * (st->u[i] + g);
+            st->v[i] = st->v[i] + (st->u[i] + g);
+        } else {
+            st->u[i] = m * st->u[i] + g;
+            st->v[i] = st->v[i] + st->u[i];
+        }
+    }
+    for (long i = 0; i < n; i++) order[i] = i;
+    sort_key = st->v;
+    qsort(order, (size_t)n, sizeof *order, by_magnitude_desc);
+    for (long j = 0; j < k && st->v[order[j]] != 0; j++) {
+        long i = order[j];
+        out[i] += st->v[i];
+        st->v[i] = 0;
+        if (o->masking) st->u[i] = 0;
+    }
+}
+
+static int close_enough(float a, float b) {
+    return fabsf(a - b) <= 1e-5f * (fabsf(a) + fabsf(b)) + 1e-7f;
+}
+
+static void check_against_reference(const options *o, const float *got, const float *want, long step) {
+    for (long i = 0; i < o->n; i++)
+        if (!close_enough(got[i], want[i]))
+            fail("step %ld element %ld: shim %.9g, reference %.9g", step, i, got[i], want[i]);
+}
+
+static void check_nonfinite(const float *out, long n, long step) {
+    for (long i = 0; i < n; i++)
+        if (isfinite(out[i])) fail("step %ld: element %ld is finite (%g) after a non-finite gradient", step, i, out[i]);
+}
+
+static void mode_reference(const options *o) {
+    long n = o->n;
+    ref_rank *st = calloc((size_t)nranks, sizeof *st);
+    for (int r = 0; r < nranks; r++) {
+        st[r].u = calloc((size_t)n, sizeof(float));
+        st[r].v = calloc((size_t)n, sizeof(float));
+    }
+    float *g = malloc((size_t)n * sizeof *g), *buf = malloc((size_t)n * sizeof *buf);
+    float *out = malloc((size_t)n * sizeof *out), *want = malloc((size_t)n * sizeof *want);
+    long *order = malloc((size_t)n * sizeof *order);
+    long nonzero_steps = 0;
+    for (long s = 0; s < o->steps; s++) {
+        int bad = s == o->nonfinite_step;
+        fill_grad(g, rank, s, n);
+        if (bad && rank == nranks - 1) g[n / 2] = o->inf ? INFINITY : NAN;
+        if (o->inplace) {
+            memcpy(buf, g, (size_t)n * sizeof *g);
+            MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        } else {
+            MPI_Allreduce(g, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        }
+        memcpy(out, buf, (size_t)n * sizeof *out);
+        check_identical(out, n, "reference");
+        if (bad) { /* a skipped step: no state changes anywhere */
+            check_nonfinite(out, n, s);
+            continue;
+        }
+        memset(want, 0, (size_t)n * sizeof *want);
+        for (int r = 0; r < nranks; r++) {
+            fill_grad(g, r, s, n);
+            ref_step(o, &st[r], g, k_at(o, s), want, order);
+        }
+        check_against_reference(o, out, want, s);
+        for (long i = 0; i < n; i++) nonzero_steps += out[i] != 0;
+    }
+    if (nonzero_steps == 0) fail("the output was zero at every step");
+    if (rank == 0) printf("PASS reference n=%ld steps=%ld ranks=%d\n", o->n, o->steps, nranks);
+}
+
+/* ---- pass-through: bit-exact with the real library ---- */
+static void compare_with_pmpi(const void *in, size_t bytes, int count, MPI_Datatype dt, MPI_Op op,
+                              const char *what, int inplace) {
+    void *a = malloc(bytes), *b = malloc(bytes);
+    if (inplace) {
+        memcpy(a, in, bytes);
+        MPI_Allreduce(MPI_IN_PLACE, a, count, dt, op, MPI_COMM_WORLD);
+    } else {
+        MPI_Allreduce(in, a, count, dt, op, MPI_COMM_WORLD);
+    }
+    PMPI_Allreduce(in, b, count, dt, op, MPI_COMM_WORLD);
+    if (memcmp(a, b, bytes) != 0) fail("%s%s: MPI_Allreduce differs from PMPI_Allreduce", what, inplace ? " (in place)" : "");
+    free(a);
+    free(b);
+}
+
+static void mode_passthrough(const options *o) {
+    long n = 100000;
+    float *f = malloc((size_t)n * sizeof *f);
+    int *ints = malloc((size_t)n * sizeof *ints);
+    double *d = malloc((size_t)n * sizeof *d);
+    fill_grad(f, rank, 0, n);
+    for (long i = 0; i < n; i++) {
+        ints[i] = (int)(f[i] * 1000);
+        d[i] = f[i];
+    }
+    for (int ip = 0; ip <= 1; ip++) {
+        compare_with_pmpi(ints, (size_t)n * sizeof *ints, (int)n, MPI_INT, MPI_SUM, "MPI_INT SUM", ip);
+        compare_with_pmpi(d, (size_t)n * sizeof *d, (int)n, MPI_DOUBLE, MPI_SUM, "MPI_DOUBLE SUM", ip);
+        compare_with_pmpi(f, (size_t)n * sizeof *f, (int)n, MPI_FLOAT, MPI_MAX, "MPI_FLOAT MAX", ip);
+        compare_with_pmpi(f, 1000 * sizeof *f, 1000, MPI_FLOAT, MPI_SUM, "small MPI_FLOAT SUM", ip);
+        compare_with_pmpi(f, 1 * sizeof *f, 1, MPI_FLOAT, MPI_SUM, "one-element MPI_FLOAT SUM", ip);
+    }
+    /* The large float SUM: compressed (fewer non-zeros than dense) or exact. */
+    float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+    MPI_Allreduce(f, a, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    PMPI_Allreduce(f, b, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    check_identical(a, n, "large float SUM");
+    long nz = 0;
+    for (long i = 0; i < n; i++) nz += a[i] != 0;
+    int exact = memcmp(a, b, (size_t)n * sizeof *a) == 0;
+    if (o->expect_compressed && (exact || nz > n / 10))
+        fail("a %ld-element MPI_FLOAT SUM was not compressed (%ld non-zeros): is the shim preloaded?", n, nz);
+    if (!o->expect_compressed && !exact) fail("a %ld-element MPI_FLOAT SUM changed with the shim disabled", n);
+    if (rank == 0) printf("PASS passthrough (large float SUM %s)\n", exact ? "exact" : "compressed");
+}
+
+/* ---- conservation over many steps (momentum 0, default sampling) ----
+ * Real gradients for o->steps steps, then zero gradients until the residuals
+ * have drained: the summed outputs must then equal the summed inputs. */
+static void mode_drain(const options *o) {
+    long n = o->n, k = k_at(o, o->warmup + 1), zero_steps = 3 * n / k + 20;
+    float *g = malloc((size_t)n * sizeof *g), *out = malloc((size_t)n * sizeof *out);
+    double *in_sum = calloc((size_t)n, sizeof *in_sum), *out_sum = calloc((size_t)n, sizeof *out_sum);
+    double *mag = calloc((size_t)n, sizeof *mag);
+    for (long s = 0; s < o->steps + zero_steps; s++) {
+        for (int r = 0; r < nranks; r++) {
+            if (s < o->steps) fill_grad(g, r, s, n);
+            else memset(g, 0, (size_t)n * sizeof *g);
+            for (long i = 0; i < n; i++) {
+                in_sum[i] += g[i];
+                mag[i] += fabs(g[i]);
+            }
+        }
+        if (s < o->steps) fill_grad(g, rank, s, n);
+        else memset(g, 0, (size_t)n * sizeof *g);
+        MPI_Allreduce(g, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        check_identical(out, n, "drain");
+        long nz = 0;
+        for (long i = 0; i < n; i++) {
+            out_sum[i] += out[i];
+            nz += out[i] != 0;
+        }
+        long kk = k_at(o, s);
+        if (nz > kk * nranks) fail("step %ld: %ld non-zeros, more than ranks x k = %ld", s, nz, kk * nranks);
+        if (s == o->steps - 1 && nz == 0) fail("no output at all during the real steps");
+    }
+    for (long i = 0; i < n; i++)
+        if (fabs(out_sum[i] - in_sum[i]) > 1e-4 * (1 + mag[i]))
+            fail("element %ld: outputs sum to %.9g, inputs to %.9g", i, out_sum[i], in_sum[i]);
+    if (rank == 0) printf("PASS drain n=%ld steps=%ld+%ld\n", n, o->steps, zero_steps);
+}
+
+static void mode_stats(void) {
+    long n = 1048576;
+    float *g = malloc((size_t)n * sizeof *g), *out = malloc((size_t)n * sizeof *out);
+    for (long s = 0; s < 5; s++) {
+        fill_grad(g, rank, s, n);
+        MPI_Allreduce(g, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        check_identical(out, n, "stats");
+    }
+    if (rank == 0) printf("PASS stats n=%ld\n", n);
+}
+
+static void parse(int argc, char **argv, options *o) {
+    *o = (options){.n = 40000, .steps = 20, .sparsity = 0.99, .masking = 1, .nonfinite_step = -1,
+                   .expect_compressed = 1};
+    for (int i = 2; i + 1 < argc; i += 2) {
+        const char *k = argv[i], *v = argv[i + 1];
+        if (!strcmp(k, "--n")) o->n = atol(v);
+        else if (!strcmp(k, "--steps")) o->steps = atol(v);
+        else if (!strcmp(k, "--warmup")) o->warmup = atol(v);
+        else if (!strcmp(k, "--sparsity")) o->sparsity = atof(v);
+        else if (!strcmp(k, "--momentum")) o->momentum = atof(v);
+        else if (!strcmp(k, "--nesterov")) o->nesterov = atoi(v);
+        else if (!strcmp(k, "--masking")) o->masking = atoi(v);
+        else if (!strcmp(k, "--clip")) o->clip = atof(v);
+        else if (!strcmp(k, "--inplace")) o->inplace = atoi(v);
+        else if (!strcmp(k, "--nonfinite-step")) o->nonfinite_step = atol(v);
+        else if (!strcmp(k, "--inf")) o->inf = atoi(v);
+        else if (!strcmp(k, "--expect-compressed")) o->expect_compressed = atoi(v);
+        else fail("unknown option %s", k);
+    }
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    options o;
+    parse(argc, argv, &o);
+    const char *mode = argc > 1 ? argv[1] : "";
+    if (!strcmp(mode, "reference")) mode_reference(&o);
+    else if (!strcmp(mode, "passthrough")) mode_passthrough(&o);
+    else if (!strcmp(mode, "drain")) mode_drain(&o);
+    else if (!strcmp(mode, "stats")) mode_stats();
+    else fail("unknown mode '%s'", mode);
+    MPI_Finalize();
+    return 0;
+}

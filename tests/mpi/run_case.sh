@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Runs one integration case: allreduce_check under a real mpirun with
+# libdgcshim.so preloaded, and checks its exit status and output.
+#
+#   run_case.sh [-n NP] [-e VAR=VALUE]... [--split VAR=A,B] [--fail REGEX]
+#               [--grep REGEX] [--check PROGRAM] -- ARGS...
+#
+# -e exports a variable to every rank (mpirun -x). --split gives the first
+# half of the ranks VAR=A and the second half VAR=B (two app contexts).
+# --fail: the job must fail, within the time limit, with REGEX in its output.
+# --grep: the job must pass with REGEX in its output (extended regex).
+# Environment: SHIM and CHECK (paths), DGC_SANITIZE (ON: preload ASan first).
+set -u
+np=4; envs=(); split=""; fail_re=""; grep_re=""; check="${CHECK:?CHECK unset}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -n) np=$2; shift 2 ;;
+    -e) envs+=("$2"); shift 2 ;;
+    --split) split=$2; shift 2 ;;
+    --fail) fail_re=$2; shift 2 ;;
+    --grep) grep_re=$2; shift 2 ;;
+    --check) check=$2; shift 2 ;;
+    --) shift; break ;;
+    *) echo "run_case.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+preload="${SHIM:?SHIM unset}"
+if [ "${DGC_SANITIZE:-OFF}" = "ON" ]; then
+  # An instrumented library under an uninstrumented program: the ASan runtime
+  # must come first. Open MPI's own allocations are not ours to leak-check.
+  preload="$(gcc -print-file-name=libasan.so) $preload"
+  envs+=("ASAN_OPTIONS=detect_leaks=0:abort_on_error=1" "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+fi
+envs+=("LD_PRELOAD=$preload")
+
+mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl self,vader
+     --mca rmaps_base_oversubscribe 1)
+xs=()
+for e in "${envs[@]}"; do xs+=(-x "$e"); done
+# mpirun -x VAR=VALUE sets and exports; it must see the value in its own env too
+for e in "${envs[@]}"; do export "${e?}"; done
+unset LD_PRELOAD  # mpirun itself runs without the shim; -x hands it to the ranks
+
+if [ -n "$split" ]; then
+  var=${split%%=*}; vals=${split#*=}; a=${vals%%,*}; b=${vals#*,}
+  half=$((np / 2))
+  # -x belongs to an app context: each context gets the common ones again
+  cmd=("${mpi[@]}" "${xs[@]}" -np "$half" -x "$var=$a" "$check" "$@"
+       : "${xs[@]}" -np "$((np - half))" -x "$var=$b" "$check" "$@")
+else
+  cmd=("${mpi[@]}" "${xs[@]}" -np "$np" "$check" "$@")
+fi
+
+out=$(mktemp); trap 'rm -f "$out"' EXIT
+echo "+ ${cmd[*]}"
+timeout 120 "${cmd[@]}" >"$out" 2>&1
+rc=$?
+cat "$out"
+if [ $rc -eq 124 ]; then echo "CASE FAILED: timed out (a hang)"; exit 1; fi
+if [ -n "$fail_re" ]; then
+  [ $rc -ne 0 ] || { echo "CASE FAILED: the job succeeded but should have failed"; exit 1; }
+  grep -Eq -- "$fail_re" "$out" || { echo "CASE FAILED: output lacks /$fail_re/"; exit 1; }
+  echo "CASE PASSED: failed as expected with /$fail_re/"; exit 0
+fi
+[ $rc -eq 0 ] || { echo "CASE FAILED: exit status $rc"; exit 1; }
+if [ -n "$grep_re" ]; then
+  grep -Eq -- "$grep_re" "$out" || { echo "CASE FAILED: output lacks /$grep_re/"; exit 1; }
+fi
+echo "CASE PASSED"
