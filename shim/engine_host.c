@@ -11,6 +11,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "dgcshim/update_rules.h"
 #include "topk.h"
@@ -21,7 +24,17 @@
 /* Candidates beyond this many times k trigger the exact fallback. */
 #define CANDIDATE_CAP_FACTOR 8
 #define CANDIDATE_CAP_MIN 4096
-#define BLOCK 256
+/* The update computes BLOCK elements into an L1-resident staging area; the
+ * scan reads them there in CHUNKs, testing a whole chunk with vector compares
+ * and looking at single elements only in the few chunks that hold a
+ * candidate; then the block is streamed out to the state with non-temporal
+ * stores, which skip the read-for-ownership a plain store of a cold line
+ * costs (a third of the traffic of this pass). */
+#define BLOCK 2048
+#define CHUNK 16
+/* The sample is taken in runs of RUN consecutive elements: one cache line
+ * per run instead of one per sampled element. */
+#define RUN 16
 
 struct dgc_state {
     uint64_t n;
@@ -32,6 +45,7 @@ struct dgc_state {
     uint64_t nsel;
     float *scratch; /* sample values, or |v| for the exact fallback */
     uint64_t scratch_cap;
+    float *stage_v, *stage_u; /* BLOCK elements each */
 };
 
 double dgc_density_at(double sparsity, uint64_t warmup_steps, uint64_t step) {
@@ -52,16 +66,26 @@ uint64_t dgc_k_for(uint64_t n, double density) {
     return k > (double)n ? n : (uint64_t)k;
 }
 
+/* 64-byte aligned floats (streaming stores need 16), zeroed when asked. */
+static float *floats(uint64_t n, int zero) {
+    size_t bytes = ((size_t)n * sizeof(float) + 63) & ~(size_t)63;
+    float *p = aligned_alloc(64, bytes ? bytes : 64);
+    if (p && zero) memset(p, 0, bytes);
+    return p;
+}
+
 dgc_state *dgc_state_create(uint64_t n, int with_momentum) {
     dgc_state *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->n = n;
-    s->v = calloc(n, sizeof(float));
-    s->v_next = malloc(n * sizeof(float));
-    int ok = s->v && s->v_next;
+    s->v = floats(n, 1);
+    s->v_next = floats(n, 0);
+    s->stage_v = floats(BLOCK, 0);
+    s->stage_u = floats(BLOCK, 0);
+    int ok = s->v && s->v_next && s->stage_v && s->stage_u;
     if (with_momentum) {
-        s->u = calloc(n, sizeof(float));
-        s->u_next = malloc(n * sizeof(float));
+        s->u = floats(n, 1);
+        s->u_next = floats(n, 0);
         ok = ok && s->u && s->u_next;
     }
     if (!ok) {
@@ -79,6 +103,8 @@ void dgc_state_destroy(dgc_state *s) {
     free(s->u_next);
     free(s->cand);
     free(s->scratch);
+    free(s->stage_v);
+    free(s->stage_u);
     free(s);
 }
 
@@ -123,9 +149,9 @@ static uint64_t xorshift(uint64_t *x) {
     return *x;
 }
 
-/* Threshold from a stratified sample of the updated |v|: one random element
- * per stratum, the strata tiling the buffer. With a ratio of 1 the sample is
- * the whole buffer and the threshold is exact. */
+/* Threshold from a stratified sample of the updated |v|: one random run of
+ * RUN elements per stratum, the strata tiling the buffer. With a ratio of 1
+ * the sample is the whole buffer and the threshold is exact. */
 static int sampled_threshold(dgc_state *s, const float *g, float scale, const dgc_step_params *p,
                              float *thr) {
     uint64_t n = s->n;
@@ -133,13 +159,16 @@ static int sampled_threshold(dgc_state *s, const float *g, float scale, const dg
     if (m < 1) m = 1;
     if (m > n) m = n;
     if (reserve((void **)&s->scratch, &s->scratch_cap, m, sizeof(float))) return -1;
-    uint64_t seed = (p->step + 1) * 0x9e3779b97f4a7c15ull;
-    for (uint64_t j = 0; j < m; j++) {
-        uint64_t lo = j * n / m, hi = (j + 1) * n / m;
-        uint64_t i = m == n ? j : lo + xorshift(&seed) % (hi - lo);
-        float a = fabsf(updated_v(s, g, i, scale, p));
-        s->scratch[j] = a != a ? INFINITY : a;
+    uint64_t runs = (m + RUN - 1) / RUN, seed = (p->step + 1) * 0x9e3779b97f4a7c15ull, j = 0;
+    for (uint64_t r = 0; r < runs && j < m; r++) {
+        uint64_t lo = r * n / runs, hi = (r + 1) * n / runs, len = hi - lo < RUN ? hi - lo : RUN;
+        uint64_t start = m == n ? lo : lo + xorshift(&seed) % (hi - lo - len + 1);
+        for (uint64_t i = start; i < start + len && j < m; i++) {
+            float a = fabsf(updated_v(s, g, i, scale, p));
+            s->scratch[j++] = a != a ? INFINITY : a;
+        }
     }
+    m = j;
     uint64_t want = (uint64_t)ceil((double)p->k * (double)m / (double)n);
     if (m < n) want *= CANDIDATE_FACTOR;
     if (want < 1) want = 1;
@@ -148,26 +177,53 @@ static int sampled_threshold(dgc_state *s, const float *g, float scale, const dg
     return 0;
 }
 
-/* One block of the streaming pass. with_u and nesterov are compile-time
- * constants at every call site, so each variant vectorises on its own. */
+/* One block of the update into the staging area. with_u and nesterov are
+ * compile-time constants at every call site, so each variant vectorises. */
 static inline __attribute__((always_inline)) uint32_t update_block(dgc_state *s, const float *g,
-                                                                   uint64_t lo, uint64_t hi,
+                                                                   uint64_t lo, uint64_t len,
                                                                    float scale, float m, int with_u,
-                                                                   int nesterov, float thr,
-                                                                   uint32_t *any) {
-    uint32_t bad = 0, hit = 0;
-    for (uint64_t i = lo; i < hi; i++) {
+                                                                   int nesterov) {
+    uint32_t bad = 0;
+    const float *u = s->u + (with_u ? lo : 0), *v = s->v + lo, *gb = g + lo;
+    float *su = s->stage_u, *sv = s->stage_v;
+    for (uint64_t i = 0; i < len; i++) {
         float un;
-        float add = dgc_rule_momentum(with_u ? s->u[i] : 0.0f, g[i] * scale, with_u ? m : 0.0f,
-                                      nesterov, &un);
-        if (with_u) s->u_next[i] = un;
-        float vn = dgc_rule_accumulate(s->v[i], add);
-        s->v_next[i] = vn;
+        float add = dgc_rule_momentum(with_u ? u[i] : 0.0f, gb[i] * scale, with_u ? m : 0.0f, nesterov, &un);
+        if (with_u) su[i] = un;
+        float vn = dgc_rule_accumulate(v[i], add);
+        sv[i] = vn;
         bad |= dgc_rule_nonfinite(vn);
-        hit |= (uint32_t)(fabsf(vn) >= thr);
     }
-    *any = hit;
     return bad;
+}
+
+/* Appends the candidates among the staged block (global offset lo) to
+ * s->cand; returns the new count c, which may exceed cand_cap (only the
+ * first cand_cap are stored). */
+static uint64_t scan_block(dgc_state *s, uint64_t lo, uint64_t len, float thr, uint64_t c) {
+    const float *v = s->stage_v;
+    for (uint64_t base = 0; base < len; base += CHUNK) {
+        uint64_t end = base + CHUNK < len ? base + CHUNK : len;
+        uint32_t hit = 0;
+        for (uint64_t i = base; i < end; i++) hit |= (uint32_t)(fabsf(v[i]) >= thr);
+        if (!hit) continue;
+        for (uint64_t i = base; i < end; i++) {
+            if (!dgc_rule_selected(v[i], thr)) continue;
+            if (c < s->cand_cap) s->cand[c] = (uint32_t)(lo + i);
+            c++;
+        }
+    }
+    return c;
+}
+
+/* Copies a staged block to the state, bypassing the cache where it can:
+ * dst and src are 16-byte aligned (BLOCK is a multiple of 4). */
+static void stream_out(float *dst, const float *src, uint64_t len) {
+    uint64_t i = 0;
+#ifdef __SSE2__
+    for (; i + 4 <= len; i += 4) _mm_stream_ps(dst + i, _mm_load_ps(src + i));
+#endif
+    for (; i < len; i++) dst[i] = src[i];
 }
 
 /* Streams the update, collecting candidate indices; returns 1 when some
@@ -179,18 +235,17 @@ static uint32_t stream_update(dgc_state *s, const float *g, float scale, const d
     uint64_t c = 0;
     int with_u = s->u != NULL;
     for (uint64_t lo = 0; lo < s->n; lo += BLOCK) {
-        uint64_t hi = lo + BLOCK < s->n ? lo + BLOCK : s->n;
-        uint32_t any;
-        if (!with_u) bad |= update_block(s, g, lo, hi, scale, 0.0f, 0, 0, thr, &any);
-        else if (p->nesterov) bad |= update_block(s, g, lo, hi, scale, p->momentum, 1, 1, thr, &any);
-        else bad |= update_block(s, g, lo, hi, scale, p->momentum, 1, 0, thr, &any);
-        if (!any) continue;
-        for (uint64_t i = lo; i < hi; i++) {
-            if (!dgc_rule_selected(s->v_next[i], thr)) continue;
-            if (c < s->cand_cap) s->cand[c] = (uint32_t)i;
-            c++;
-        }
+        uint64_t len = s->n - lo < BLOCK ? s->n - lo : BLOCK;
+        if (!with_u) bad |= update_block(s, g, lo, len, scale, 0.0f, 0, 0);
+        else if (p->nesterov) bad |= update_block(s, g, lo, len, scale, p->momentum, 1, 1);
+        else bad |= update_block(s, g, lo, len, scale, p->momentum, 1, 0);
+        c = scan_block(s, lo, len, thr, c);
+        stream_out(s->v_next + lo, s->stage_v, len);
+        if (with_u) stream_out(s->u_next + lo, s->stage_u, len);
     }
+#ifdef __SSE2__
+    _mm_sfence(); /* streaming stores are weakly ordered */
+#endif
     *overflow = c > s->cand_cap;
     *ncand = *overflow ? 0 : c;
     return bad;
