@@ -17,8 +17,10 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* Communicators not derived from MPI_COMM_WORLD (connect/accept, spawn) were
- * not covered by the check at MPI_Init: check them once, here. */
+/* MPI_Init checked MPI_COMM_WORLD. Every other communicator is checked once,
+ * before its first compressed exchange: those derived from MPI_COMM_WORLD
+ * pass trivially, but ones from connect/accept or spawn hold ranks MPI_Init
+ * never compared, and a handle does not tell which kind it is. */
 static int check_comm(MPI_Comm comm, const dgc_config *cfg) {
     int seen = dgc_registry_comm_checked(dgc_mpi_comm_key(comm));
     if (seen < 0) return MPI_ERR_NO_MEM;
