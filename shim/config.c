@@ -71,6 +71,7 @@ static int parse_number(const option_desc *o, const char *text, double *out) {
     if (o->kind == KIND_REAL) {
         *out = strtod(text, &end);
     } else {
+        while (*text == ' ' || *text == '\t') text++; /* strtoull would skip them, then take a sign */
         if (text[0] == '-' || text[0] == '+') return 0;
         unsigned long long u = strtoull(text, &end, 10);
         *out = (double)u;
@@ -95,7 +96,7 @@ static void store(dgc_config *cfg, const option_desc *o, double x) {
     case KIND_BOOL:
     case KIND_LEVEL: *(int *)field(cfg, o) = (int)x; break;
     case KIND_UINT: *(uint64_t *)field(cfg, o) = (uint64_t)x; break;
-    case KIND_REAL: *(double *)field(cfg, o) = x; break;
+    case KIND_REAL: *(double *)field(cfg, o) = x == 0 ? 0.0 : x; break; /* -0 hashes as 0 */
     }
 }
 
@@ -146,6 +147,15 @@ uint64_t dgc_option_hash(const dgc_config *cfg, dgc_option opt) {
     return h;
 }
 
+/* Shortest of %.15g and %.17g that reads back as the same double, so that
+ * two ranks' differing values never print alike. */
+static int describe_real(const char *name, double x, char *buf, size_t len) {
+    char num[40];
+    snprintf(num, sizeof num, "%.15g", x);
+    if (strtod(num, NULL) != x) snprintf(num, sizeof num, "%.17g", x);
+    return snprintf(buf, len, "%s=%s", name, num);
+}
+
 static int describe_one(const dgc_config *cfg, const option_desc *o, char *buf, size_t len) {
     const void *p = cfield(cfg, o);
     switch (o->kind) {
@@ -153,7 +163,7 @@ static int describe_one(const dgc_config *cfg, const option_desc *o, char *buf, 
     case KIND_LEVEL: return snprintf(buf, len, "%s=%s", o->name, level_names[*(const int *)p]);
     case KIND_UINT:
         return snprintf(buf, len, "%s=%llu", o->name, (unsigned long long)*(const uint64_t *)p);
-    case KIND_REAL: return snprintf(buf, len, "%s=%g", o->name, *(const double *)p);
+    case KIND_REAL: return describe_real(o->name, *(const double *)p, buf, len);
     }
     return 0;
 }

@@ -21,6 +21,7 @@
 /* Oversampling of the threshold: aim for about twice k candidates, then keep
  * the exact top k of them, so the payload is nearly always full. */
 #define CANDIDATE_FACTOR 2
+#define MIN_EXPECTED_HITS 16
 /* Candidates beyond this many times k trigger the exact fallback. */
 #define CANDIDATE_CAP_FACTOR 8
 #define CANDIDATE_CAP_MIN 4096
@@ -61,7 +62,10 @@ double dgc_density_at(double sparsity, uint64_t warmup_steps, uint64_t step) {
 }
 
 uint64_t dgc_k_for(uint64_t n, double density) {
-    double k = ceil(density * (double)n);
+    /* 1 - 0.999 is 0.0010000000000000009 in double: without the nudge, ceil
+     * would turn that rounding into an extra slot (1001 for n = 10^6). */
+    double x = density * (double)n;
+    double k = ceil(x * (1.0 - 1e-12));
     if (k < 1) return n ? 1 : 0;
     return k > (double)n ? n : (uint64_t)k;
 }
@@ -155,7 +159,12 @@ static uint64_t xorshift(uint64_t *x) {
 static int sampled_threshold(dgc_state *s, const float *g, float scale, const dgc_step_params *p,
                              float *thr) {
     uint64_t n = s->n;
+    /* At least MIN_EXPECTED_HITS sampled values are expected above the
+     * threshold, else on small buffers it rests on one or two samples and
+     * payloads go out under-full. */
     uint64_t m = (uint64_t)ceil(p->sample_ratio * (double)n);
+    uint64_t floor_m = (uint64_t)ceil((double)MIN_EXPECTED_HITS * (double)n / (double)p->k);
+    if (m < floor_m) m = floor_m;
     if (m < 1) m = 1;
     if (m > n) m = n;
     if (reserve((void **)&s->scratch, &s->scratch_cap, m, sizeof(float))) return -1;
