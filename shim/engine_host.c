@@ -22,20 +22,26 @@
  * the exact top k of them, so the payload is nearly always full. */
 #define CANDIDATE_FACTOR 2
 #define MIN_EXPECTED_HITS 16
+/* The sample's threshold comes from a heap when want is this many times
+ * smaller than the sample. */
+#define HEAP_FACTOR 16
 /* Candidates beyond this many times k trigger the exact fallback. */
 #define CANDIDATE_CAP_FACTOR 8
 #define CANDIDATE_CAP_MIN 4096
-/* The update computes BLOCK elements into an L1-resident staging area; the
- * scan reads them there in CHUNKs, testing a whole chunk with vector compares
- * and looking at single elements only in the few chunks that hold a
- * candidate; then the block is streamed out to the state with non-temporal
- * stores, which skip the read-for-ownership a plain store of a cold line
- * costs (a third of the traffic of this pass). */
-#define BLOCK 2048
+/* The update runs over CHUNKs of 16 elements held in vector registers: it
+ * streams the new v (and u) out with non-temporal stores, which skip the
+ * read-for-ownership a plain store to a cold line costs, and tests the whole
+ * chunk against the threshold at once; only the few chunks holding a
+ * candidate are looked at element by element, from registers. */
 #define CHUNK 16
+#define LANES 4
 /* The sample is taken in runs of RUN consecutive elements: one cache line
  * per run instead of one per sampled element. */
 #define RUN 16
+#define PREFETCH_RUNS 8
+
+typedef float f4 __attribute__((vector_size(16)));
+typedef int32_t i4 __attribute__((vector_size(16)));
 
 struct dgc_state {
     uint64_t n;
@@ -46,7 +52,6 @@ struct dgc_state {
     uint64_t nsel;
     float *scratch; /* sample values, or |v| for the exact fallback */
     uint64_t scratch_cap;
-    float *stage_v, *stage_u; /* BLOCK elements each */
 };
 
 double dgc_density_at(double sparsity, uint64_t warmup_steps, uint64_t step) {
@@ -84,9 +89,7 @@ dgc_state *dgc_state_create(uint64_t n, int with_momentum) {
     s->n = n;
     s->v = floats(n, 1);
     s->v_next = floats(n, 0);
-    s->stage_v = floats(BLOCK, 0);
-    s->stage_u = floats(BLOCK, 0);
-    int ok = s->v && s->v_next && s->stage_v && s->stage_u;
+    int ok = s->v && s->v_next;
     if (with_momentum) {
         s->u = floats(n, 1);
         s->u_next = floats(n, 0);
@@ -107,8 +110,6 @@ void dgc_state_destroy(dgc_state *s) {
     free(s->u_next);
     free(s->cand);
     free(s->scratch);
-    free(s->stage_v);
-    free(s->stage_u);
     free(s);
 }
 
@@ -153,6 +154,21 @@ static uint64_t xorshift(uint64_t *x) {
     return *x;
 }
 
+/* Where run r of the sample starts, drawn at random inside its stratum; the
+ * run's cache lines are prefetched, since the sampling loop is otherwise a
+ * chain of misses the hardware prefetcher cannot guess. */
+static uint64_t run_start(const dgc_state *s, const float *g, uint64_t r, uint64_t runs, uint64_t m,
+                          uint64_t *seed) {
+    uint64_t n = s->n, lo = r * n / runs, hi = (r + 1) * n / runs, len = hi - lo < RUN ? hi - lo : RUN;
+    uint64_t start = m == n ? lo : lo + xorshift(seed) % (hi - lo - len + 1);
+    for (uint64_t i = start; i < start + len; i += len - 1 > 0 ? len - 1 : 1) { /* first and last line */
+        __builtin_prefetch(g + i);
+        __builtin_prefetch(s->v + i);
+        if (s->u) __builtin_prefetch(s->u + i);
+    }
+    return start;
+}
+
 /* Threshold from a stratified sample of the updated |v|: one random run of
  * RUN elements per stratum, the strata tiling the buffer. With a ratio of 1
  * the sample is the whole buffer and the threshold is exact. */
@@ -167,72 +183,92 @@ static int sampled_threshold(dgc_state *s, const float *g, float scale, const dg
     if (m < floor_m) m = floor_m;
     if (m < 1) m = 1;
     if (m > n) m = n;
-    if (reserve((void **)&s->scratch, &s->scratch_cap, m, sizeof(float))) return -1;
-    uint64_t runs = (m + RUN - 1) / RUN, seed = (p->step + 1) * 0x9e3779b97f4a7c15ull, j = 0;
-    for (uint64_t r = 0; r < runs && j < m; r++) {
-        uint64_t lo = r * n / runs, hi = (r + 1) * n / runs, len = hi - lo < RUN ? hi - lo : RUN;
-        uint64_t start = m == n ? lo : lo + xorshift(&seed) % (hi - lo - len + 1);
-        for (uint64_t i = start; i < start + len && j < m; i++) {
-            float a = fabsf(updated_v(s, g, i, scale, p));
-            s->scratch[j++] = a != a ? INFINITY : a;
-        }
-    }
-    m = j;
     uint64_t want = (uint64_t)ceil((double)p->k * (double)m / (double)n);
     if (m < n) want *= CANDIDATE_FACTOR;
     if (want < 1) want = 1;
     if (want > m) want = m;
-    *thr = dgc_topk_kth_largest(s->scratch, m, want - 1);
+    /* A small want (the usual case) keeps a heap of the want largest as the
+     * sample is drawn; a large one (warm-up, ratio 1) stores the sample and
+     * runs quickselect on it. */
+    int use_heap = want * HEAP_FACTOR <= m;
+    if (reserve((void **)&s->scratch, &s->scratch_cap, use_heap ? want : m, sizeof(float))) return -1;
+    dgc_topk_heap heap;
+    dgc_topk_heap_init(&heap, s->scratch, want);
+    uint64_t runs = (m + RUN - 1) / RUN, seed = (p->step + 1) * 0x9e3779b97f4a7c15ull, j = 0;
+    uint64_t starts[PREFETCH_RUNS];
+    for (uint64_t r = 0; r < runs && r < PREFETCH_RUNS; r++) starts[r] = run_start(s, g, r, runs, m, &seed);
+    for (uint64_t r = 0; r < runs && j < m; r++) {
+        uint64_t lo = r * n / runs, hi = (r + 1) * n / runs, len = hi - lo < RUN ? hi - lo : RUN;
+        uint64_t start = starts[r % PREFETCH_RUNS];
+        if (r + PREFETCH_RUNS < runs) starts[r % PREFETCH_RUNS] = run_start(s, g, r + PREFETCH_RUNS, runs, m, &seed);
+        for (uint64_t i = start; i < start + len && j < m; i++, j++) {
+            float a = fabsf(updated_v(s, g, i, scale, p));
+            a = a != a ? INFINITY : a;
+            if (use_heap) dgc_topk_heap_push(&heap, a);
+            else s->scratch[j] = a;
+        }
+    }
+    if (want > j) want = j; /* short strata can leave the sample below m */
+    *thr = use_heap ? dgc_topk_heap_min(&heap) : dgc_topk_kth_largest(s->scratch, j, want - 1);
     return 0;
 }
 
-/* One block of the update into the staging area. with_u and nesterov are
- * compile-time constants at every call site, so each variant vectorises. */
-static inline __attribute__((always_inline)) uint32_t update_block(dgc_state *s, const float *g,
-                                                                   uint64_t lo, uint64_t len,
-                                                                   float scale, float m, int with_u,
-                                                                   int nesterov) {
-    uint32_t bad = 0;
-    const float *u = s->u + (with_u ? lo : 0), *v = s->v + lo, *gb = g + lo;
-    float *su = s->stage_u, *sv = s->stage_v;
-    for (uint64_t i = 0; i < len; i++) {
-        float un;
-        float add = dgc_rule_momentum(with_u ? u[i] : 0.0f, gb[i] * scale, with_u ? m : 0.0f, nesterov, &un);
-        if (with_u) su[i] = un;
-        float vn = dgc_rule_accumulate(v[i], add);
-        sv[i] = vn;
-        bad |= dgc_rule_nonfinite(vn);
-    }
-    return bad;
+static f4 load4(const float *p) {
+    f4 x;
+    memcpy(&x, p, sizeof x); /* g may be unaligned: movups */
+    return x;
 }
 
-/* Appends the candidates among the staged block (global offset lo) to
- * s->cand; returns the new count c, which may exceed cand_cap (only the
- * first cand_cap are stored). */
-static uint64_t scan_block(dgc_state *s, uint64_t lo, uint64_t len, float thr, uint64_t c) {
-    const float *v = s->stage_v;
-    for (uint64_t base = 0; base < len; base += CHUNK) {
-        uint64_t end = base + CHUNK < len ? base + CHUNK : len;
-        uint32_t hit = 0;
-        for (uint64_t i = base; i < end; i++) hit |= (uint32_t)(fabsf(v[i]) >= thr);
-        if (!hit) continue;
-        for (uint64_t i = base; i < end; i++) {
-            if (!dgc_rule_selected(v[i], thr)) continue;
-            if (c < s->cand_cap) s->cand[c] = (uint32_t)(lo + i);
-            c++;
-        }
+/* v_next and u_next are 64-byte aligned and i is a multiple of 4. */
+static void store4_nt(float *p, f4 x) {
+#ifdef __SSE2__
+    _mm_stream_ps(p, (__m128)x);
+#else
+    memcpy(p, &x, sizeof x);
+#endif
+}
+
+/* Appends the candidates among the CHUNK values vn (global offset i) to
+ * s->cand, storing at most cand_cap of them; returns the new count. */
+static uint64_t append_hits(dgc_state *s, const f4 *vn, uint64_t i, float thr, uint64_t c) {
+    for (int q = 0; q < CHUNK; q++) {
+        if (!dgc_rule_selected(vn[q / LANES][q % LANES], thr)) continue;
+        if (c < s->cand_cap) s->cand[c] = (uint32_t)(i + (uint64_t)q);
+        c++;
     }
     return c;
 }
 
-/* Copies a staged block to the state, bypassing the cache where it can:
- * dst and src are 16-byte aligned (BLOCK is a multiple of 4). */
-static void stream_out(float *dst, const float *src, uint64_t len) {
-    uint64_t i = 0;
-#ifdef __SSE2__
-    for (; i + 4 <= len; i += 4) _mm_stream_ps(dst + i, _mm_load_ps(src + i));
-#endif
-    for (; i < len; i++) dst[i] = src[i];
+/* Sets *c and returns non-zero when some new value is non-finite. with_u and
+ * nesterov are compile-time constants at every call site, so each variant
+ * is its own straight-line loop. */
+static inline __attribute__((always_inline)) uint32_t
+update_chunks(dgc_state *s, const float *g, uint64_t nchunks, float scale, float m, int with_u,
+              int nesterov, float thr, uint64_t *c) {
+    const i4 exp_mask = {0x7f800000, 0x7f800000, 0x7f800000, 0x7f800000};
+    const i4 abs_mask = {0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff};
+    i4 bad = {0, 0, 0, 0};
+    uint64_t cand = *c;
+    for (uint64_t ch = 0; ch < nchunks; ch++) {
+        uint64_t i = ch * CHUNK;
+        f4 vn[CHUNK / LANES];
+        i4 hit = {0, 0, 0, 0};
+        for (int q = 0; q < CHUNK / LANES; q++) {
+            uint64_t j = i + (uint64_t)q * LANES;
+            f4 gv = load4(g + j) * scale;
+            f4 un = with_u ? DGC_RULE_MOMENTUM(load4(s->u + j), gv, m, nesterov) : gv;
+            f4 add = with_u ? DGC_RULE_ADDEND(un, gv, nesterov) : gv;
+            vn[q] = DGC_RULE_ACCUMULATE(load4(s->v + j), add);
+            store4_nt(s->v_next + j, vn[q]);
+            if (with_u) store4_nt(s->u_next + j, un);
+            i4 bits = (i4)vn[q];
+            bad |= (bits & exp_mask) == exp_mask;
+            hit |= (f4)(bits & abs_mask) >= thr;
+        }
+        if (hit[0] | hit[1] | hit[2] | hit[3]) cand = append_hits(s, vn, i, thr, cand);
+    }
+    *c = cand;
+    return (uint32_t)(bad[0] | bad[1] | bad[2] | bad[3]);
 }
 
 /* Streams the update, collecting candidate indices; returns 1 when some
@@ -240,24 +276,30 @@ static void stream_out(float *dst, const float *src, uint64_t len) {
  * cand_cap (the caller then selects exactly). */
 static uint32_t stream_update(dgc_state *s, const float *g, float scale, const dgc_step_params *p,
                               float thr, uint64_t *ncand, int *overflow) {
-    uint32_t bad = 0;
-    uint64_t c = 0;
-    int with_u = s->u != NULL;
-    for (uint64_t lo = 0; lo < s->n; lo += BLOCK) {
-        uint64_t len = s->n - lo < BLOCK ? s->n - lo : BLOCK;
-        if (!with_u) bad |= update_block(s, g, lo, len, scale, 0.0f, 0, 0);
-        else if (p->nesterov) bad |= update_block(s, g, lo, len, scale, p->momentum, 1, 1);
-        else bad |= update_block(s, g, lo, len, scale, p->momentum, 1, 0);
-        c = scan_block(s, lo, len, thr, c);
-        stream_out(s->v_next + lo, s->stage_v, len);
-        if (with_u) stream_out(s->u_next + lo, s->stage_u, len);
-    }
+    uint64_t c = 0, nchunks = s->n / CHUNK;
+    uint32_t bad;
+    if (!s->u) bad = update_chunks(s, g, nchunks, scale, 0.0f, 0, 0, thr, &c);
+    else if (p->nesterov) bad = update_chunks(s, g, nchunks, scale, p->momentum, 1, 1, thr, &c);
+    else bad = update_chunks(s, g, nchunks, scale, p->momentum, 1, 0, thr, &c);
 #ifdef __SSE2__
     _mm_sfence(); /* streaming stores are weakly ordered */
 #endif
+    for (uint64_t i = nchunks * CHUNK; i < s->n; i++) { /* the tail, one by one */
+        float un = 0.0f;
+        float add = s->u ? dgc_rule_momentum(s->u[i], g[i] * scale, p->momentum, p->nesterov, &un)
+                         : g[i] * scale;
+        float vn = dgc_rule_accumulate(s->v[i], add);
+        s->v_next[i] = vn;
+        if (s->u) s->u_next[i] = un;
+        bad |= dgc_rule_nonfinite(vn);
+        if (dgc_rule_selected(vn, thr)) {
+            if (c < s->cand_cap) s->cand[c] = (uint32_t)i;
+            c++;
+        }
+    }
     *overflow = c > s->cand_cap;
     *ncand = *overflow ? 0 : c;
-    return bad;
+    return bad != 0;
 }
 
 /* Exact top k of the updated |v|, for when the sampled threshold was far off. */

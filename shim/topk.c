@@ -70,3 +70,37 @@ void dgc_topk_indices(uint32_t *idx, size_t n, size_t k, const float *v) {
         else lo = j + 1;
     }
 }
+
+void dgc_topk_heap_init(dgc_topk_heap *heap, float *mem, size_t size) {
+    heap->h = mem;
+    heap->size = size;
+    heap->len = 0;
+}
+
+static void sift_down(float *h, size_t len, size_t i) {
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < len && h[l] < h[m]) m = l;
+        if (r < len && h[r] < h[m]) m = r;
+        if (m == i) return;
+        swap_f(&h[i], &h[m]);
+        i = m;
+    }
+}
+
+void dgc_topk_heap_push(dgc_topk_heap *heap, float x) {
+    float *h = heap->h;
+    if (heap->len < heap->size) { /* sift up */
+        size_t i = heap->len++;
+        h[i] = x;
+        while (i > 0 && h[(i - 1) / 2] > h[i]) {
+            swap_f(&h[(i - 1) / 2], &h[i]);
+            i = (i - 1) / 2;
+        }
+    } else if (x > h[0]) {
+        h[0] = x;
+        sift_down(h, heap->len, 0);
+    }
+}
+
+float dgc_topk_heap_min(const dgc_topk_heap *heap) { return heap->h[0]; }

@@ -15,4 +15,18 @@ float dgc_topk_kth_largest(float *a, size_t n, size_t kth);
  * |v[idx[i]]| (ties broken arbitrarily). Requires k <= n, no NaN in v. */
 void dgc_topk_indices(uint32_t *idx, size_t n, size_t k, const float *v);
 
+/* The `size` largest values pushed so far, as a min-heap over caller memory:
+ * after pushing n values, the minimum is the size-th largest of them. A push
+ * below the minimum of a full heap costs one comparison, so finding the k-th
+ * largest of n this way is about n comparisons when k is much below n. */
+typedef struct {
+    float *h;
+    size_t size, len;
+} dgc_topk_heap;
+
+void dgc_topk_heap_init(dgc_topk_heap *heap, float *mem, size_t size);
+void dgc_topk_heap_push(dgc_topk_heap *heap, float x);
+/* The size-th largest value pushed (the smallest held); requires len > 0. */
+float dgc_topk_heap_min(const dgc_topk_heap *heap);
+
 #endif

@@ -7,6 +7,7 @@
 #ifndef DGCSHIM_UPDATE_RULES_H
 #define DGCSHIM_UPDATE_RULES_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -16,22 +17,27 @@
 #define DGC_HOSTDEV static inline
 #endif
 
-/* Momentum correction. Returns the amount added to the residual v and writes
- * the new momentum to *u_out. Plain: u = m*u + g, add u. Nesterov:
- * u = m*(u + g), add u + g. m = 0 gives plain error feedback (add g). */
+/* The rules as expressions, so that one text serves plain floats (the CUDA
+ * kernels, the host's scalar tail) and GCC vector types (the host's SIMD
+ * loop): u, g, v may be float or a float vector, m and nesterov scalars.
+ *
+ * Momentum correction: the new momentum, plain u = m*u + g or Nesterov
+ * u = m*(u + g); then what the residual gains: u, or u + g for Nesterov.
+ * m = 0 gives plain error feedback (the residual gains g). */
+#define DGC_RULE_MOMENTUM(u, g, m, nesterov) ((nesterov) ? (m) * ((u) + (g)) : (m) * (u) + (g))
+#define DGC_RULE_ADDEND(u_new, g, nesterov) ((nesterov) ? (u_new) + (g) : (u_new))
+#define DGC_RULE_ACCUMULATE(v, add) ((v) + (add))
+
+/* Momentum correction on one element: returns the residual's addend and
+ * writes the new momentum to *u_out. */
 DGC_HOSTDEV float dgc_rule_momentum(float u, float g, float m, int nesterov, float *u_out) {
-    if (nesterov) {
-        float un = m * (u + g);
-        *u_out = un;
-        return un + g;
-    }
-    float un = m * u + g;
+    float un = DGC_RULE_MOMENTUM(u, g, m, nesterov);
     *u_out = un;
-    return un;
+    return DGC_RULE_ADDEND(un, g, nesterov);
 }
 
 /* Residual accumulation: v = v + add. */
-DGC_HOSTDEV float dgc_rule_accumulate(float v, float add) { return v + add; }
+DGC_HOSTDEV float dgc_rule_accumulate(float v, float add) { return DGC_RULE_ACCUMULATE(v, add); }
 
 /* The local-clipping factor: min(1, clip_norm / sqrt(nranks) / ||g||_2).
  * clip_norm <= 0 disables clipping. sumsq is sum(g^2) in double. */
@@ -51,8 +57,8 @@ DGC_HOSTDEV uint32_t dgc_rule_nonfinite(float x) {
 
 /* Selection test: sent when at or above the threshold and not zero. */
 DGC_HOSTDEV int dgc_rule_selected(float v, float thr) {
-    float a = v < 0 ? -v : v;
-    return a >= thr && a > 0.0f;
+    float a = fabsf(v); /* not v < 0 ? -v : v, a branch that random signs mispredict */
+    return (a >= thr) & (a > 0.0f);
 }
 
 #endif

@@ -220,3 +220,30 @@ Test(topk_indices, works_on_a_sparse_index_subset) {
     check_indices(idx, M, M - 1, v, "subset");
     check_indices(idx, M, M, v, "subset");
 }
+
+/* The heap keeps the `size` largest of what was pushed: its minimum is the
+ * size-th largest, for every size, fill and push count. */
+Test(topk_heap, minimum_is_the_size_th_largest_pushed) {
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        size_t n = sizes[si];
+        for (int kind = 0; kind < FILL_COUNT; kind++) {
+            float *a = malloc(n * sizeof *a);
+            fill(a, n, (fill_kind)kind);
+            float *sorted = sorted_desc(a, n);
+            size_t choices[8];
+            size_t nc = kth_choices(n, choices);
+            for (size_t c = 0; c < nc; c++) {
+                size_t size = choices[c] + 1;
+                float *mem = malloc(size * sizeof *mem);
+                dgc_topk_heap heap;
+                dgc_topk_heap_init(&heap, mem, size);
+                for (size_t i = 0; i < n; i++) dgc_topk_heap_push(&heap, a[i]);
+                cr_assert_eq(dgc_topk_heap_min(&heap), sorted[size - 1], "n %zu fill %d size %zu: heap min %g, sorted %g",
+                             n, kind, size, dgc_topk_heap_min(&heap), sorted[size - 1]);
+                free(mem);
+            }
+            free(sorted);
+            free(a);
+        }
+    }
+}
