@@ -48,6 +48,7 @@ static const option_desc options[DGC_OPT_COUNT] = {
     [DGC_OPT_LOG_LEVEL] = {"DGC_LOG_LEVEL", KIND_LEVEL, "warn", 0, 3, 0, 0, "error, warn, info or debug",
                            0, OFF(log_level)},
     [DGC_OPT_STATS] = {"DGC_STATS", KIND_BOOL, "0", 0, 1, 0, 0, "0 or 1", 0, OFF(stats)},
+    [DGC_OPT_COMPENSATE] = {"DGC_COMPENSATE", KIND_BOOL, "1", 0, 1, 0, 0, "0 or 1", 1, OFF(compensate)},
 };
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};

@@ -28,10 +28,22 @@ static int check_comm(MPI_Comm comm, const dgc_config *cfg) {
     return MPI_SUCCESS;
 }
 
+/* Momentum compensation: an unmodified SGD with momentum m computes
+ * buf = m*buf + d; returning d = S_t - m*S_{t-1} (S: the summed sparse update)
+ * makes buf == S_t, so the framework applies exactly the DGC update. Only a
+ * finite step becomes the next S_{t-1}: after a skipped one, the optimizer's
+ * buffer still holds the last finite S. */
+static void compensate(dgc_buffer *b, float *out, const dgc_step_params *p, const dgc_config *cfg) {
+    if (!cfg->compensate || p->momentum == 0.0f) return;
+    if (b->prev_k) dgc_wire_subtract(b->prev, p->nranks, b->prev_k, p->momentum, out);
+    dgc_registry_keep_gathered(b, p->k);
+}
+
 /* Compress, exchange, decode, commit. rb receives the sum. Errors of the
  * shim's own go to comm's error handler here; an all-gather error already
  * went there inside MPI. */
-static int exchange(dgc_buffer *b, const float *g, float *rb, const dgc_step_params *p, MPI_Comm comm) {
+static int exchange(dgc_buffer *b, const float *g, float *rb, const dgc_step_params *p, MPI_Comm comm,
+                    const dgc_config *cfg) {
     size_t bytes = dgc_wire_bytes(p->k);
     if (dgc_registry_reserve(b, bytes, p->nranks)) return dgc_mpi_fail(comm, MPI_ERR_NO_MEM);
     double t0 = now();
@@ -46,8 +58,12 @@ static int exchange(dgc_buffer *b, const float *g, float *rb, const dgc_step_par
     double t2 = now();
     char err[256];
     dgc_decode_result r = dgc_wire_decode(b->gathered, p->nranks, p->step, b->count, p->k, rb, err, sizeof err);
-    if (r == DGC_DECODE_OK) dgc_commit(b->state, p);
-    else dgc_discard(b->state);
+    if (r == DGC_DECODE_OK) {
+        dgc_commit(b->state, p);
+        compensate(b, rb, p, cfg);
+    } else {
+        dgc_discard(b->state);
+    }
     b->stats.engine_seconds += (t1 - t0) + (now() - t2);
     b->stats.calls++;
     b->stats.dense_bytes += b->count * sizeof(float);
@@ -82,7 +98,7 @@ static int compressed(const void *sb, void *rb, uint64_t count, MPI_Comm comm, i
         DGC_ERROR("no memory for the state of a %llu-element buffer", (unsigned long long)count);
         return dgc_mpi_fail(comm, MPI_ERR_NO_MEM);
     }
-    return exchange(b, sb == MPI_IN_PLACE ? rb : sb, rb, &p, comm);
+    return exchange(b, sb == MPI_IN_PLACE ? rb : sb, rb, &p, comm, cfg);
 }
 
 static int is_candidate(const dgc_config *cfg, MPI_Datatype dt, MPI_Op op, MPI_Count count) {

@@ -81,6 +81,16 @@ int dgc_registry_reserve(dgc_buffer *b, size_t bytes, int nranks) {
     return reserve_bytes(&b->gathered, &b->gathered_cap, bytes * (size_t)nranks);
 }
 
+void dgc_registry_keep_gathered(dgc_buffer *b, uint64_t k) {
+    void *p = b->prev;
+    size_t cap = b->prev_cap;
+    b->prev = b->gathered;
+    b->prev_cap = b->gathered_cap;
+    b->gathered = p;
+    b->gathered_cap = cap;
+    b->prev_k = k;
+}
+
 int dgc_registry_next_step(uint64_t comm, uint64_t count, uint64_t *step) {
     int rc = 0;
     pthread_mutex_lock(&lock);
@@ -116,6 +126,7 @@ static void free_buffer(dgc_buffer *b) {
     dgc_state_destroy(b->state);
     free(b->send);
     free(b->gathered);
+    free(b->prev);
     free(b);
 }
 

@@ -21,6 +21,9 @@ typedef struct {
     void *send;      /* this rank's payload */
     void *gathered;  /* every rank's payload */
     size_t send_cap, gathered_cap;
+    void *prev;      /* the last decoded step's gathered payloads (momentum compensation) */
+    size_t prev_cap;
+    uint64_t prev_k; /* their k; 0 when there is no previous step */
     dgc_buffer_stats stats;
 } dgc_buffer;
 
@@ -30,6 +33,10 @@ dgc_buffer *dgc_registry_buffer(uint64_t comm, const void *buf, uint64_t count, 
 
 /* Makes the entry's payload buffers hold at least bytes and nranks * bytes. */
 int dgc_registry_reserve(dgc_buffer *b, size_t bytes, int nranks);
+
+/* Keeps this step's gathered payloads (k slots each) as the previous step's:
+ * swaps gathered and prev, so no copy. */
+void dgc_registry_keep_gathered(dgc_buffer *b, uint64_t k);
 
 /* The step of this call: how many calls on (comm, count) came before it.
  * A function of the call sequence alone, hence identical on every rank.

@@ -59,6 +59,19 @@ static int any_nonfinite(const void *gathered, int nranks, uint64_t k) {
     return 0;
 }
 
+static void add_pairs(const char *p, uint64_t k, float scale, float *out) {
+    const uint32_t *idx = (const uint32_t *)(p + sizeof(dgc_wire_header));
+    const float *val = (const float *)(p + sizeof(dgc_wire_header) + (size_t)k * 4u);
+    if (scale == 1.0f)
+        for (uint64_t j = 0; j < k; j++) out[idx[j]] += val[j];
+    else
+        for (uint64_t j = 0; j < k; j++) out[idx[j]] += scale * val[j];
+}
+
+void dgc_wire_subtract(const void *gathered, int nranks, uint64_t k, float scale, float *out) {
+    for (int r = 0; r < nranks; r++) add_pairs(payload_at(gathered, r, k), k, -scale, out);
+}
+
 dgc_decode_result dgc_wire_decode(const void *gathered, int nranks, uint64_t step, uint64_t n,
                                   uint64_t k, float *out, char *err, size_t errlen) {
     for (int r = 0; r < nranks; r++)
@@ -70,11 +83,6 @@ dgc_decode_result dgc_wire_decode(const void *gathered, int nranks, uint64_t ste
         return DGC_DECODE_NONFINITE;
     }
     memset(out, 0, (size_t)n * sizeof *out);
-    for (int r = 0; r < nranks; r++) {
-        const char *p = payload_at(gathered, r, k);
-        const uint32_t *idx = (const uint32_t *)(p + sizeof(dgc_wire_header));
-        const float *val = (const float *)(p + sizeof(dgc_wire_header) + (size_t)k * 4u);
-        for (uint64_t j = 0; j < k; j++) out[idx[j]] += val[j];
-    }
+    for (int r = 0; r < nranks; r++) add_pairs(payload_at(gathered, r, k), k, 1.0f, out);
     return DGC_DECODE_OK;
 }

@@ -32,6 +32,7 @@ typedef struct dgc_config {
     double sample_ratio;     /* DGC_SAMPLE_RATIO, (0, 1] */
     int log_level;           /* DGC_LOG_LEVEL, a dgc_log_level */
     int stats;               /* DGC_STATS */
+    int compensate;          /* DGC_COMPENSATE */
 } dgc_config;
 
 /* Options in table order; DGC_OPT_COUNT is the number of variables. */
@@ -48,6 +49,7 @@ typedef enum {
     DGC_OPT_SAMPLE_RATIO,
     DGC_OPT_LOG_LEVEL,
     DGC_OPT_STATS,
+    DGC_OPT_COMPENSATE,
     DGC_OPT_COUNT
 } dgc_option;
 

@@ -46,6 +46,11 @@ typedef enum {
 dgc_decode_result dgc_wire_decode(const void *gathered, int nranks, uint64_t step, uint64_t n,
                                   uint64_t k, float *out, char *err, size_t errlen);
 
+/* Momentum compensation: out[idx] -= scale * val for every pair of
+ * previously decoded payloads, rank by rank in rank order (so every rank
+ * computes the same bytes). The payloads must have passed dgc_wire_decode. */
+void dgc_wire_subtract(const void *gathered, int nranks, uint64_t k, float scale, float *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,6 +7,9 @@
  *   allreduce_check passthrough [--expect-compressed 0|1]
  *   allreduce_check drain [options]       conservation over many steps
  *   allreduce_check stats                 a 1M-element buffer for DGC_STATS
+ *   allreduce_check optimizer [--momentum m] [--dump FILE]
+ *                                         SGD with momentum over the shim's output
+ *   allreduce_check compare FILE FILE     two weight dumps agree to rounding
  *
  * Every mode also checks that all ranks hold identical output bytes. Exits 0
  * and prints "PASS mode" on rank 0, or prints the first failure and exits 1. */
@@ -20,7 +23,8 @@
 typedef struct {
     long n, steps, warmup, nonfinite_step;
     double sparsity, momentum, clip;
-    int nesterov, masking, inplace, expect_compressed, inf;
+    int nesterov, masking, inplace, expect_compressed, inf, compensate;
+    const char *dump;
 } options;
 
 static int rank, nranks;
@@ -103,8 +107,10 @@ static int by_magnitude_desc(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* One step of rank r's DGC state; adds its sent pairs into out. */
-static void ref_step(const options *o, ref_rank *st, const float *g0, long k, float *out, long *order) {
+/* One step of rank r's DGC state; adds its sent pairs into out and their
+ * magnitudes into amag. */
+static void ref_step(const options *o, ref_rank *st, const float *g0, long k, float *out, float *amag,
+                     long *order) {
     long n = o->n;
     float scale = 1.0f;
     if (o->clip > 0) {
@@ -130,19 +136,43 @@ static void ref_step(const options *o, ref_rank *st, const float *g0, long k, fl
     for (long j = 0; j < k && st->v[order[j]] != 0; j++) {
         long i = order[j];
         out[i] += st->v[i];
+        amag[i] += fabsf(st->v[i]);
         st->v[i] = 0;
         if (o->masking) st->u[i] = 0;
     }
 }
 
-static int close_enough(float a, float b) {
-    return fabsf(a - b) <= 1e-5f * (fabsf(a) + fabsf(b)) + 1e-7f;
+/* mag: the size of the terms that made want, for a relative tolerance that
+ * survives cancellation (S_t - m S_{t-1} can be near zero). */
+static int close_enough(float a, float b, float mag) {
+    return fabsf(a - b) <= 1e-5f * (fabsf(a) + fabsf(b) + mag) + 1e-7f;
 }
 
-static void check_against_reference(const options *o, const float *got, const float *want, long step) {
+static void check_against_reference(const options *o, const float *got, const float *want, const float *mag,
+                                    long step) {
     for (long i = 0; i < o->n; i++)
-        if (!close_enough(got[i], want[i]))
+        if (!close_enough(got[i], want[i], mag[i]))
             fail("step %ld element %ld: shim %.9g, reference %.9g", step, i, got[i], want[i]);
+}
+
+/* Momentum compensation (DESIGN.md): the shim returns S_t - m S_{t-1}, with
+ * S_{t-1} the last finite step's summed update. want holds S_t and amag the
+ * summed magnitudes of its pairs on entry; mag gets the magnitudes of every
+ * term of the result (the shim subtracts pair by pair, so its rounding
+ * follows the pairs, not their sum). */
+static void compensate(const options *o, float *want, float *prev, const float *amag, float *prev_amag,
+                       float *mag) {
+    float m = (float)o->momentum;
+    for (long i = 0; i < o->n; i++) {
+        float s = want[i];
+        mag[i] = amag[i];
+        if (o->compensate && m != 0.0f) {
+            want[i] = s - m * prev[i];
+            mag[i] += m * prev_amag[i];
+        }
+        prev[i] = s;
+        prev_amag[i] = amag[i];
+    }
 }
 
 static void check_nonfinite(const float *out, long n, long step) {
@@ -159,6 +189,8 @@ static void mode_reference(const options *o) {
     }
     float *g = malloc((size_t)n * sizeof *g), *buf = malloc((size_t)n * sizeof *buf);
     float *out = malloc((size_t)n * sizeof *out), *want = malloc((size_t)n * sizeof *want);
+    float *prev = calloc((size_t)n, sizeof *prev), *mag = malloc((size_t)n * sizeof *mag);
+    float *amag = malloc((size_t)n * sizeof *amag), *prev_amag = calloc((size_t)n, sizeof *prev_amag);
     long *order = malloc((size_t)n * sizeof *order);
     long nonzero_steps = 0;
     for (long s = 0; s < o->steps; s++) {
@@ -178,11 +210,13 @@ static void mode_reference(const options *o) {
             continue;
         }
         memset(want, 0, (size_t)n * sizeof *want);
+        memset(amag, 0, (size_t)n * sizeof *amag);
         for (int r = 0; r < nranks; r++) {
             fill_grad(g, r, s, n);
-            ref_step(o, &st[r], g, k_at(o, s), want, order);
+            ref_step(o, &st[r], g, k_at(o, s), want, amag, order);
         }
-        check_against_reference(o, out, want, s);
+        compensate(o, want, prev, amag, prev_amag, mag);
+        check_against_reference(o, out, want, mag, s);
         for (long i = 0; i < n; i++) nonzero_steps += out[i] != 0;
     }
     if (nonzero_steps == 0) fail("the output was zero at every step");
@@ -272,6 +306,66 @@ static void mode_drain(const options *o) {
     if (rank == 0) printf("PASS drain n=%ld steps=%ld+%ld\n", n, o->steps, zero_steps);
 }
 
+/* ---- momentum compensation under a real optimizer ----
+ * A linear objective <c, w>: every rank's gradient is c plus noise of its
+ * own, independent of w, so both ways of running the job see the same
+ * sparse updates S_t and any difference in the weights is the optimizer's
+ * rounding alone. The weights follow SGD with momentum --momentum
+ * (buf = m buf + d; w -= lr buf) over the averaged shim output. Rank 0
+ * writes the final weights to --dump for mode compare. */
+static void mode_optimizer(const options *o) {
+    long n = o->n;
+    float lr = 0.01f, m = (float)o->momentum;
+    float *w = calloc((size_t)n, sizeof *w), *buf = calloc((size_t)n, sizeof *buf);
+    float *g = malloc((size_t)n * sizeof *g);
+    for (long s = 0; s < o->steps; s++) {
+        for (long i = 0; i < n; i++) g[i] = grad(0, -1, i) + 0.5f * grad(rank, s, i);
+        MPI_Allreduce(MPI_IN_PLACE, g, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        for (long i = 0; i < n; i++) {
+            buf[i] = m * buf[i] + g[i] / (float)nranks;
+            w[i] -= lr * buf[i];
+        }
+    }
+    double objective = 0, scale = 0;
+    for (long i = 0; i < n; i++) {
+        objective += (double)grad(0, -1, i) * w[i];
+        scale += fabs((double)grad(0, -1, i));
+    }
+    if (!(objective < -0.1 * scale)) fail("the weights did not descend: <c, w> = %g", objective);
+    if (rank == 0 && o->dump) {
+        FILE *f = fopen(o->dump, "wb");
+        if (!f || fwrite(w, sizeof *w, (size_t)n, f) != (size_t)n || fclose(f) != 0) fail("cannot write %s", o->dump);
+    }
+    if (rank == 0) printf("PASS optimizer momentum %g: <c, w> = %.6g\n", o->momentum, objective);
+}
+
+/* Two weight files agree element by element to rounding. */
+static void mode_compare(int argc, char **argv) {
+    if (argc < 4) fail("usage: compare FILE FILE");
+    float *a = NULL, *b = NULL;
+    long n[2] = {0, 0};
+    for (int f = 0; f < 2; f++) {
+        FILE *fp = fopen(argv[2 + f], "rb");
+        if (!fp) fail("cannot read %s", argv[2 + f]);
+        fseek(fp, 0, SEEK_END);
+        n[f] = ftell(fp) / (long)sizeof(float);
+        rewind(fp);
+        float *x = malloc((size_t)n[f] * sizeof *x);
+        if (fread(x, sizeof *x, (size_t)n[f], fp) != (size_t)n[f]) fail("short read of %s", argv[2 + f]);
+        fclose(fp);
+        if (f == 0) a = x;
+        else b = x;
+    }
+    if (n[0] != n[1] || n[0] == 0) fail("sizes differ or empty: %ld, %ld", n[0], n[1]);
+    double worst = 0;
+    for (long i = 0; i < n[0]; i++) {
+        double d = fabs((double)a[i] - b[i]) / (1e-3 + fabs((double)a[i]) + fabs((double)b[i]));
+        if (d > worst) worst = d;
+        if (d > 1e-4) fail("element %ld: %.9g against %.9g", i, a[i], b[i]);
+    }
+    if (rank == 0) printf("PASS compare %ld weights, worst relative difference %.3g\n", n[0], worst);
+}
+
 static void mode_stats(void) {
     long n = 1048576;
     float *g = malloc((size_t)n * sizeof *g), *out = malloc((size_t)n * sizeof *out);
@@ -300,6 +394,8 @@ static void parse(int argc, char **argv, options *o) {
         else if (!strcmp(k, "--nonfinite-step")) o->nonfinite_step = atol(v);
         else if (!strcmp(k, "--inf")) o->inf = atoi(v);
         else if (!strcmp(k, "--expect-compressed")) o->expect_compressed = atoi(v);
+        else if (!strcmp(k, "--compensate")) o->compensate = atoi(v);
+        else if (!strcmp(k, "--dump")) o->dump = v;
         else fail("unknown option %s", k);
     }
 }
@@ -309,12 +405,14 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     options o;
-    parse(argc, argv, &o);
     const char *mode = argc > 1 ? argv[1] : "";
+    if (strcmp(mode, "compare") != 0) parse(argc, argv, &o);
     if (!strcmp(mode, "reference")) mode_reference(&o);
     else if (!strcmp(mode, "passthrough")) mode_passthrough(&o);
     else if (!strcmp(mode, "drain")) mode_drain(&o);
     else if (!strcmp(mode, "stats")) mode_stats();
+    else if (!strcmp(mode, "optimizer")) mode_optimizer(&o);
+    else if (!strcmp(mode, "compare")) mode_compare(argc, argv);
     else fail("unknown mode '%s'", mode);
     MPI_Finalize();
     return 0;

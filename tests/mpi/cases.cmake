@@ -11,18 +11,28 @@ set(EXACT -e DGC_SAMPLE_RATIO=1 -e DGC_SPARSITY=0.99)
 mpi_case(reference_plain ${EXACT} -- reference --sparsity 0.99)
 mpi_case(reference_inplace ${EXACT} -- reference --sparsity 0.99 --inplace 1)
 mpi_case(reference_warmup ${EXACT} -e DGC_WARMUP_STEPS=8 -- reference --sparsity 0.99 --warmup 8)
-mpi_case(reference_momentum ${EXACT} -e DGC_MOMENTUM=0.9 -e DGC_WARMUP_STEPS=6
+# With DGC_MOMENTUM > 0 the output is S_t - m S_{t-1} (DGC_COMPENSATE=1, the
+# default) or S_t (DGC_COMPENSATE=0); the reference computes either.
+mpi_case(reference_momentum ${EXACT} -e DGC_MOMENTUM=0.9 -e DGC_WARMUP_STEPS=6 -e DGC_COMPENSATE=0
          -- reference --sparsity 0.99 --momentum 0.9 --warmup 6)
-mpi_case(reference_nesterov ${EXACT} -e DGC_MOMENTUM=0.9 -e DGC_NESTEROV=1
+mpi_case(reference_momentum_compensated ${EXACT} -e DGC_MOMENTUM=0.9 -e DGC_WARMUP_STEPS=6
+         -- reference --sparsity 0.99 --momentum 0.9 --warmup 6 --compensate 1)
+mpi_case(reference_nesterov ${EXACT} -e DGC_MOMENTUM=0.9 -e DGC_NESTEROV=1 -e DGC_COMPENSATE=0
          -- reference --sparsity 0.99 --momentum 0.9 --nesterov 1)
 mpi_case(reference_no_masking ${EXACT} -e DGC_MOMENTUM=0.9 -e DGC_MOMENTUM_MASKING=0
-         -- reference --sparsity 0.99 --momentum 0.9 --masking 0)
-mpi_case(reference_clipping ${EXACT} -e DGC_MOMENTUM=0.9 -e DGC_CLIP_NORM=5
+         -- reference --sparsity 0.99 --momentum 0.9 --masking 0 --compensate 1)
+mpi_case(reference_clipping ${EXACT} -e DGC_MOMENTUM=0.9 -e DGC_CLIP_NORM=5 -e DGC_COMPENSATE=0
          -- reference --sparsity 0.99 --momentum 0.9 --clip 5)
 mpi_case(nan_on_one_rank ${EXACT} -e DGC_MOMENTUM=0.9
-         -- reference --sparsity 0.99 --momentum 0.9 --nonfinite-step 4 --steps 12)
-mpi_case(inf_on_one_rank ${EXACT} -e DGC_MOMENTUM=0.9
+         -- reference --sparsity 0.99 --momentum 0.9 --nonfinite-step 4 --steps 12 --compensate 1)
+mpi_case(inf_on_one_rank ${EXACT} -e DGC_MOMENTUM=0.9 -e DGC_COMPENSATE=0
          -- reference --sparsity 0.99 --momentum 0.9 --nonfinite-step 0 --inf 1 --steps 10)
+
+# An unmodified SGD with momentum 0.9 over the compensated output ends with
+# the same weights as plain SGD over S_t (DGC_COMPENSATE=0).
+add_test(NAME mpi.compensation_matches_plain_sgd
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/mpi/compensation.sh ${RUN_CASE})
+set_tests_properties(mpi.compensation_matches_plain_sgd PROPERTIES ENVIRONMENT "${CASE_ENV}" TIMEOUT 300)
 mpi_case(drain_many_steps -e DGC_SPARSITY=0.99 -- drain --n 20000 --steps 200 --sparsity 0.99)
 mpi_case(passthrough -- passthrough --expect-compressed 1)
 mpi_case(passthrough_disabled -e DGC_ENABLE=0 -- passthrough --expect-compressed 0)

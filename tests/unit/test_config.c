@@ -54,6 +54,7 @@ static void spec_defaults(dgc_config *c) {
     c->sample_ratio = 0.01;
     c->log_level = DGC_LOG_WARN;
     c->stats = 0;
+    c->compensate = 1;
 }
 
 static void assert_config_eq(const dgc_config *got, const dgc_config *want, const char *ctx) {
@@ -77,12 +78,14 @@ static void assert_config_eq(const dgc_config *got, const dgc_config *want, cons
     cr_assert_eq(got->log_level, want->log_level, "%s: log_level %d, want %d", ctx, got->log_level,
                  want->log_level);
     cr_assert_eq(got->stats, want->stats, "%s: stats", ctx);
+    cr_assert_eq(got->compensate, want->compensate, "%s: compensate", ctx);
 }
 
 static const char *const all_names[] = {
     "DGC_ENABLE",    "DGC_SPARSITY",         "DGC_WARMUP_STEPS", "DGC_MOMENTUM",
     "DGC_NESTEROV",  "DGC_MOMENTUM_MASKING", "DGC_CLIP_NORM",    "DGC_MIN_ELEMENTS",
     "DGC_MIN_RANKS", "DGC_SAMPLE_RATIO",     "DGC_LOG_LEVEL",    "DGC_STATS",
+    "DGC_COMPENSATE",
 };
 #define NNAMES (sizeof all_names / sizeof all_names[0])
 
@@ -90,7 +93,7 @@ static const char *const all_names[] = {
 
 Test(config_table, names_in_enum_order_and_defaults_as_specified) {
     cr_assert_eq(DGC_OPT_COUNT, (int)NNAMES, "the design lists %zu variables", NNAMES);
-    static const char *const defaults[] = {"1", "0.999", "0", "0", "0", "1", "0", "16384", "2", "0.01", "warn", "0"};
+    static const char *const defaults[] = {"1", "0.999", "0", "0", "0", "1", "0", "16384", "2", "0.01", "warn", "0", "1"};
     for (int i = 0; i < DGC_OPT_COUNT; i++) {
         cr_assert_str_eq(dgc_option_name((dgc_option)i), all_names[i]);
         cr_assert_str_eq(dgc_option_default((dgc_option)i), defaults[i], "%s default", all_names[i]);
@@ -102,7 +105,8 @@ Test(config_table, names_in_enum_order_and_defaults_as_specified) {
 Test(config_table, wire_changing_options_are_collective) {
     /* These decide k, the step schedule or pass-through: ranks must agree. */
     static const dgc_option must[] = {DGC_OPT_ENABLE,       DGC_OPT_SPARSITY,  DGC_OPT_WARMUP_STEPS,
-                                      DGC_OPT_MIN_ELEMENTS, DGC_OPT_MIN_RANKS, DGC_OPT_MOMENTUM};
+                                      DGC_OPT_MIN_ELEMENTS, DGC_OPT_MIN_RANKS, DGC_OPT_MOMENTUM,
+                                      DGC_OPT_COMPENSATE};
     for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
         cr_assert(dgc_option_is_collective(must[i]), "%s must be collective", dgc_option_name(must[i]));
     cr_assert(!dgc_option_is_collective(DGC_OPT_LOG_LEVEL), "log level may differ between ranks");
@@ -141,6 +145,7 @@ Test(config_parse, one_good_value_for_each_variable) {
         {"DGC_MOMENTUM", "0.9"},     {"DGC_NESTEROV", "1"},        {"DGC_MOMENTUM_MASKING", "0"},
         {"DGC_CLIP_NORM", "2.5"},    {"DGC_MIN_ELEMENTS", "1024"}, {"DGC_MIN_RANKS", "4"},
         {"DGC_SAMPLE_RATIO", "0.5"}, {"DGC_LOG_LEVEL", "debug"},   {"DGC_STATS", "1"},
+        {"DGC_COMPENSATE", "0"},
     };
     dgc_config want;
     spec_defaults(&want);
@@ -163,6 +168,7 @@ Test(config_parse, one_good_value_for_each_variable) {
         case 9: w.sample_ratio = 0.5; break;
         case 10: w.log_level = DGC_LOG_DEBUG; break;
         case 11: w.stats = 1; break;
+        case 12: w.compensate = 0; break;
         }
         assert_config_eq(&cfg, &w, env[i].name);
     }
@@ -172,7 +178,8 @@ Test(config_parse, one_good_value_for_each_variable) {
     cr_assert_eq(parse_env(&cfg, env, sizeof env / sizeof env[0], err, sizeof err), 0, "%s", err);
     cr_assert(cfg.enable == 0 && cfg.sparsity == 0.99 && cfg.warmup_steps == 1000 && cfg.momentum == 0.9 &&
               cfg.nesterov == 1 && cfg.momentum_masking == 0 && cfg.clip_norm == 2.5 && cfg.min_elements == 1024 &&
-              cfg.min_ranks == 4 && cfg.sample_ratio == 0.5 && cfg.log_level == DGC_LOG_DEBUG && cfg.stats == 1);
+              cfg.min_ranks == 4 && cfg.sample_ratio == 0.5 && cfg.log_level == DGC_LOG_DEBUG && cfg.stats == 1 &&
+              cfg.compensate == 0);
 }
 
 Test(config_parse, log_level_names) {
@@ -281,6 +288,7 @@ Test(config_parse, out_of_range_rejected) {
         {"DGC_NESTEROV", "2", "0 or 1"},
         {"DGC_MOMENTUM_MASKING", "7", "0 or 1"},
         {"DGC_STATS", "10", "0 or 1"},
+        {"DGC_COMPENSATE", "2", "0 or 1"},
         {"DGC_ENABLE", "0.5", "0 or 1"},
         {"DGC_SPARSITY", "1", "[0, 1)"},
         {"DGC_SPARSITY", "1.0", "[0, 1)"},
@@ -351,6 +359,7 @@ Test(config_hash, equal_values_hash_equal_and_different_values_differ) {
         {DGC_OPT_SAMPLE_RATIO, "0.5", "0.500", "0.25"},
         {DGC_OPT_LOG_LEVEL, "info", "INFO", "debug"},
         {DGC_OPT_STATS, "1", "1", "0"},
+        {DGC_OPT_COMPENSATE, "0", "0", "1"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *name = dgc_option_name(cases[i].opt);

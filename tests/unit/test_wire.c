@@ -266,3 +266,24 @@ Test(wire_decode, short_error_buffer_is_not_overrun) {
     cr_assert(err[5] == 'x' && err[7] == 'x', "wrote past errlen");
     free(g.buf);
 }
+
+/* Momentum compensation subtracts scale * value pair by pair, rank 0..N-1,
+ * slot by slot: the same bytes on every rank. */
+Test(wire_subtract, subtracts_scaled_pairs_in_rank_order) {
+    const uint64_t n = 300, k = 40;
+    const float scale = 0.9f;
+    for (int nranks = 1; nranks <= 5; nranks++) {
+        gathered g = random_gathered(nranks, k, 3, n);
+        float got[300], want[300];
+        for (uint64_t i = 0; i < n; i++) got[i] = want[i] = rng_float();
+        dgc_wire_subtract(g.buf, nranks, k, scale, got);
+        for (int r = 0; r < nranks; r++) {
+            uint32_t *idx = dgc_wire_indices(payload(&g, r));
+            float *val = dgc_wire_values(payload(&g, r), k);
+            for (uint64_t j = 0; j < k; j++) want[idx[j]] += -scale * val[j];
+        }
+        cr_assert(memcmp(got, want, sizeof got) == 0, "%d ranks: subtraction differs from rank-order reference",
+                  nranks);
+        free(g.buf);
+    }
+}
