@@ -68,6 +68,7 @@ static int exchange(dgc_buffer *b, const float *g, float *rb, const dgc_step_par
     b->stats.calls++;
     b->stats.dense_bytes += b->count * sizeof(float);
     b->stats.wire_bytes += bytes;
+    b->stats.last_wire_bytes = bytes;
     if (r == DGC_DECODE_NONFINITE) {
         b->stats.nonfinite++;
         DGC_INFO("step %llu on a %llu-element buffer held Inf/NaN on some rank: output set to NaN, "

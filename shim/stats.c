@@ -7,6 +7,10 @@ double dgc_stats_ratio(const dgc_buffer_stats *s) {
     return s->wire_bytes ? (double)s->dense_bytes / (double)s->wire_bytes : 0.0;
 }
 
+double dgc_stats_last_ratio(const dgc_buffer_stats *s, uint64_t count) {
+    return s->last_wire_bytes ? (double)(count * 4) / (double)s->last_wire_bytes : 0.0;
+}
+
 void dgc_stats_add(dgc_buffer_stats *a, const dgc_buffer_stats *b) {
     a->calls += b->calls;
     a->nonfinite += b->nonfinite;
@@ -16,13 +20,15 @@ void dgc_stats_add(dgc_buffer_stats *a, const dgc_buffer_stats *b) {
 }
 
 void dgc_stats_header(char *buf, size_t len) {
-    snprintf(buf, len, "%-18s %12s %8s %9s %14s %12s %9s %11s", "buffer", "count", "calls", "nonfinite",
-             "dense_bytes", "wire_bytes", "ratio", "engine_ms");
+    snprintf(buf, len, "%-18s %12s %8s %9s %14s %12s %9s %10s %11s", "buffer", "count", "calls", "nonfinite",
+             "dense_bytes", "wire_bytes", "ratio", "last_ratio", "engine_ms");
 }
 
 void dgc_stats_row(const char *label, uint64_t count, const dgc_buffer_stats *s, char *buf, size_t len) {
-    snprintf(buf, len, "%-18s %12llu %8llu %9llu %14llu %12llu %8.1fx %11.3f", label,
+    char last[16] = "-";
+    if (count) snprintf(last, sizeof last, "%.1fx", dgc_stats_last_ratio(s, count));
+    snprintf(buf, len, "%-18s %12llu %8llu %9llu %14llu %12llu %8.1fx %10s %11.3f", label,
              (unsigned long long)count, (unsigned long long)s->calls, (unsigned long long)s->nonfinite,
-             (unsigned long long)s->dense_bytes, (unsigned long long)s->wire_bytes, dgc_stats_ratio(s),
+             (unsigned long long)s->dense_bytes, (unsigned long long)s->wire_bytes, dgc_stats_ratio(s), last,
              s->engine_seconds * 1e3);
 }

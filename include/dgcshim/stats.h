@@ -14,11 +14,15 @@ typedef struct {
     uint64_t nonfinite;      /* of those, steps dropped for Inf/NaN on some rank */
     uint64_t dense_bytes;    /* what a dense all-reduce would have sent per rank: 4n per call */
     uint64_t wire_bytes;     /* what this rank sent: one payload per call */
+    uint64_t last_wire_bytes; /* the payload of the latest call: after warm-up, the steady state */
     double engine_seconds;   /* compress + decode + commit, excluding the exchange */
 } dgc_buffer_stats;
 
 /* dense_bytes / wire_bytes, 0 when nothing was sent. */
 double dgc_stats_ratio(const dgc_buffer_stats *s);
+
+/* The latest call's ratio: 4n / its payload, for a buffer of count elements. */
+double dgc_stats_last_ratio(const dgc_buffer_stats *s, uint64_t count);
 
 /* Adds b into a. */
 void dgc_stats_add(dgc_buffer_stats *a, const dgc_buffer_stats *b);
