@@ -48,6 +48,7 @@ struct dgc_state {
     float *v, *v_next;
     float *u, *u_next; /* NULL without momentum */
     uint32_t *cand;    /* candidate indices; the first nsel are the selection */
+    float *cand_val;   /* their updated values, kept so nothing re-reads v_next */
     uint64_t cand_cap;
     uint64_t nsel;
     float *scratch; /* sample values, or |v| for the exact fallback */
@@ -109,6 +110,7 @@ void dgc_state_destroy(dgc_state *s) {
     free(s->u);
     free(s->u_next);
     free(s->cand);
+    free(s->cand_val);
     free(s->scratch);
     free(s);
 }
@@ -127,13 +129,23 @@ static int reserve(void **buf, uint64_t *cap, uint64_t want, size_t elem) {
     return 0;
 }
 
-/* The updated residual at i, computed without touching the state. */
-static float updated_v(const dgc_state *s, const float *g, uint64_t i, float scale,
-                       const dgc_step_params *p) {
-    float un;
-    float add = dgc_rule_momentum(s->u ? s->u[i] : 0.0f, g[i] * scale, s->u ? p->momentum : 0.0f,
-                                  p->nesterov, &un);
-    return dgc_rule_accumulate(s->v[i], add);
+/* |updated v| over [start, start + len), computed without touching the
+ * state; NaN reads as Inf, which keeps the selection's ordering sound. The
+ * momentum test is outside the loops so that each loop vectorises. */
+static void updated_run(const dgc_state *s, const float *g, uint64_t start, uint64_t len, float scale,
+                        const dgc_step_params *p, float *out) {
+    const float *v = s->v + start, *gs = g + start;
+    if (s->u) {
+        const float *u = s->u + start;
+        for (uint64_t i = 0; i < len; i++) {
+            float un;
+            float add = dgc_rule_momentum(u[i], gs[i] * scale, p->momentum, p->nesterov, &un);
+            out[i] = fabsf(dgc_rule_accumulate(v[i], add));
+        }
+    } else {
+        for (uint64_t i = 0; i < len; i++) out[i] = fabsf(dgc_rule_accumulate(v[i], gs[i] * scale));
+    }
+    for (uint64_t i = 0; i < len; i++) out[i] = out[i] != out[i] ? INFINITY : out[i];
 }
 
 static double sum_squares(const float *g, uint64_t n) {
@@ -201,11 +213,11 @@ static int sampled_threshold(dgc_state *s, const float *g, float scale, const dg
         uint64_t lo = r * n / runs, hi = (r + 1) * n / runs, len = hi - lo < RUN ? hi - lo : RUN;
         uint64_t start = starts[r % PREFETCH_RUNS];
         if (r + PREFETCH_RUNS < runs) starts[r % PREFETCH_RUNS] = run_start(s, g, r + PREFETCH_RUNS, runs, m, &seed);
-        for (uint64_t i = start; i < start + len && j < m; i++, j++) {
-            float a = fabsf(updated_v(s, g, i, scale, p));
-            a = a != a ? INFINITY : a;
-            if (use_heap) dgc_topk_heap_push(&heap, a);
-            else s->scratch[j] = a;
+        float vals[RUN];
+        updated_run(s, g, start, len, scale, p, vals);
+        for (uint64_t i = 0; i < len && j < m; i++, j++) {
+            if (use_heap) dgc_topk_heap_push(&heap, vals[i]);
+            else s->scratch[j] = vals[i];
         }
     }
     if (want > j) want = j; /* short strata can leave the sample below m */
@@ -233,7 +245,10 @@ static void store4_nt(float *p, f4 x) {
 static uint64_t append_hits(dgc_state *s, const f4 *vn, uint64_t i, float thr, uint64_t c) {
     for (int q = 0; q < CHUNK; q++) {
         if (!dgc_rule_selected(vn[q / LANES][q % LANES], thr)) continue;
-        if (c < s->cand_cap) s->cand[c] = (uint32_t)(i + (uint64_t)q);
+        if (c < s->cand_cap) {
+            s->cand[c] = (uint32_t)(i + (uint64_t)q);
+            s->cand_val[c] = vn[q / LANES][q % LANES];
+        }
         c++;
     }
     return c;
@@ -243,7 +258,7 @@ static uint64_t append_hits(dgc_state *s, const f4 *vn, uint64_t i, float thr, u
  * nesterov are compile-time constants at every call site, so each variant
  * is its own straight-line loop. */
 static inline __attribute__((always_inline)) uint32_t
-update_chunks(dgc_state *s, const float *g, uint64_t nchunks, float scale, float m, int with_u,
+update_chunks(dgc_state *s, const float *g, float *zero, uint64_t nchunks, float scale, float m, int with_u,
               int nesterov, float thr, uint64_t *c) {
     const i4 exp_mask = {0x7f800000, 0x7f800000, 0x7f800000, 0x7f800000};
     const i4 abs_mask = {0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff};
@@ -260,6 +275,7 @@ update_chunks(dgc_state *s, const float *g, uint64_t nchunks, float scale, float
             f4 add = with_u ? DGC_RULE_ADDEND(un, gv, nesterov) : gv;
             vn[q] = DGC_RULE_ACCUMULATE(load4(s->v + j), add);
             store4_nt(s->v_next + j, vn[q]);
+            if (zero) store4_nt(zero + j, (f4){0, 0, 0, 0}); /* after g + j was read: zero may be g */
             if (with_u) store4_nt(s->u_next + j, un);
             i4 bits = (i4)vn[q];
             bad |= (bits & exp_mask) == exp_mask;
@@ -274,13 +290,13 @@ update_chunks(dgc_state *s, const float *g, uint64_t nchunks, float scale, float
 /* Streams the update, collecting candidate indices; returns 1 when some
  * updated value is non-finite. *overflow is set when candidates outgrew
  * cand_cap (the caller then selects exactly). */
-static uint32_t stream_update(dgc_state *s, const float *g, float scale, const dgc_step_params *p,
+static uint32_t stream_update(dgc_state *s, const float *g, float *zero, float scale, const dgc_step_params *p,
                               float thr, uint64_t *ncand, int *overflow) {
     uint64_t c = 0, nchunks = s->n / CHUNK;
     uint32_t bad;
-    if (!s->u) bad = update_chunks(s, g, nchunks, scale, 0.0f, 0, 0, thr, &c);
-    else if (p->nesterov) bad = update_chunks(s, g, nchunks, scale, p->momentum, 1, 1, thr, &c);
-    else bad = update_chunks(s, g, nchunks, scale, p->momentum, 1, 0, thr, &c);
+    if (!s->u) bad = update_chunks(s, g, zero, nchunks, scale, 0.0f, 0, 0, thr, &c);
+    else if (p->nesterov) bad = update_chunks(s, g, zero, nchunks, scale, p->momentum, 1, 1, thr, &c);
+    else bad = update_chunks(s, g, zero, nchunks, scale, p->momentum, 1, 0, thr, &c);
 #ifdef __SSE2__
     _mm_sfence(); /* streaming stores are weakly ordered */
 #endif
@@ -291,9 +307,13 @@ static uint32_t stream_update(dgc_state *s, const float *g, float scale, const d
         float vn = dgc_rule_accumulate(s->v[i], add);
         s->v_next[i] = vn;
         if (s->u) s->u_next[i] = un;
+        if (zero) zero[i] = 0.0f;
         bad |= dgc_rule_nonfinite(vn);
         if (dgc_rule_selected(vn, thr)) {
-            if (c < s->cand_cap) s->cand[c] = (uint32_t)i;
+            if (c < s->cand_cap) {
+                s->cand[c] = (uint32_t)i;
+                s->cand_val[c] = vn;
+            }
             c++;
         }
     }
@@ -313,6 +333,7 @@ static int select_exact(dgc_state *s, uint64_t k) {
         if (fabsf(s->v_next[i]) > t) s->cand[c++] = (uint32_t)i;
     for (uint64_t i = 0; i < n && c < k && t > 0; i++) /* then ties at t */
         if (fabsf(s->v_next[i]) == t) s->cand[c++] = (uint32_t)i;
+    for (uint64_t j = 0; j < c; j++) s->cand_val[j] = s->v_next[s->cand[j]];
     s->nsel = c;
     return 0;
 }
@@ -324,7 +345,7 @@ static void pack(const dgc_state *s, const dgc_step_params *p, uint32_t flags, v
     float *val = dgc_wire_values(payload, p->k);
     for (uint64_t j = 0; j < s->nsel; j++) {
         idx[j] = s->cand[j];
-        val[j] = s->v_next[s->cand[j]];
+        val[j] = s->cand_val[j];
     }
     for (uint64_t j = s->nsel; j < p->k; j++) {
         idx[j] = 0;
@@ -333,9 +354,16 @@ static void pack(const dgc_state *s, const dgc_step_params *p, uint32_t flags, v
 }
 
 int dgc_compress(dgc_state *s, const float *g, const dgc_step_params *p, void *payload) {
+    return dgc_compress_zeroing(s, g, p, payload, NULL) < 0 ? -1 : 0;
+}
+
+int dgc_compress_zeroing(dgc_state *s, const float *g, const dgc_step_params *p, void *payload, float *out) {
+    float *zero = out && ((uintptr_t)out & 15) == 0 ? out : NULL; /* streaming stores need 16 */
     uint64_t cap = p->k * CANDIDATE_CAP_FACTOR;
     if (cap < CANDIDATE_CAP_MIN) cap = CANDIDATE_CAP_MIN;
     if (cap > s->n) cap = s->n;
+    uint64_t val_cap = s->cand_cap;
+    if (reserve((void **)&s->cand_val, &val_cap, cap, sizeof(float))) return -1;
     if (reserve((void **)&s->cand, &s->cand_cap, cap, sizeof(uint32_t))) return -1;
     s->nsel = 0;
 
@@ -345,18 +373,18 @@ int dgc_compress(dgc_state *s, const float *g, const dgc_step_params *p, void *p
     if (sampled_threshold(s, g, scale, p, &thr)) return -1;
     uint64_t ncand;
     int overflow;
-    if (stream_update(s, g, scale, p, thr, &ncand, &overflow)) {
+    if (stream_update(s, g, zero, scale, p, thr, &ncand, &overflow)) {
         pack(s, p, DGC_WIRE_NONFINITE, payload);
-        return 0;
+        return zero != NULL;
     }
     if (overflow) {
         if (select_exact(s, p->k)) return -1;
     } else {
-        dgc_topk_indices(s->cand, ncand, p->k, s->v_next);
+        dgc_topk_pairs(s->cand, s->cand_val, ncand, p->k);
         s->nsel = ncand < p->k ? ncand : p->k;
     }
     pack(s, p, 0, payload);
-    return 0;
+    return zero != NULL;
 }
 
 static void swap_arrays(float **a, float **b) {

@@ -47,7 +47,10 @@ static int exchange(dgc_buffer *b, const float *g, float *rb, const dgc_step_par
     size_t bytes = dgc_wire_bytes(p->k);
     if (dgc_registry_reserve(b, bytes, p->nranks)) return dgc_mpi_fail(comm, MPI_ERR_NO_MEM);
     double t0 = now();
-    if (dgc_compress(b->state, g, p, b->send)) return dgc_mpi_fail(comm, MPI_ERR_NO_MEM);
+    /* The output is zeroed as the update streams past: on an error below its
+     * contents are undefined, as MPI allows. */
+    int zeroed = dgc_compress_zeroing(b->state, g, p, b->send, rb);
+    if (zeroed < 0) return dgc_mpi_fail(comm, MPI_ERR_NO_MEM);
     double t1 = now();
     int words = (int)(bytes / 8);
     int rc = PMPI_Allgather(b->send, words, MPI_UINT64_T, b->gathered, words, MPI_UINT64_T, comm);
@@ -57,7 +60,8 @@ static int exchange(dgc_buffer *b, const float *g, float *rb, const dgc_step_par
     }
     double t2 = now();
     char err[256];
-    dgc_decode_result r = dgc_wire_decode(b->gathered, p->nranks, p->step, b->count, p->k, rb, err, sizeof err);
+    dgc_decode_result r = (zeroed ? dgc_wire_decode_zeroed : dgc_wire_decode)(b->gathered, p->nranks, p->step,
+                                                                             b->count, p->k, rb, err, sizeof err);
     if (r == DGC_DECODE_OK) {
         dgc_commit(b->state, p);
         compensate(b, rb, p, cfg);

@@ -46,23 +46,26 @@ float dgc_topk_kth_largest(float *a, size_t n, size_t kth) {
     return a[kth];
 }
 
-static float mag(const float *v, uint32_t i) { return fabsf(v[i]); }
+static void swap_pair(uint32_t *idx, float *val, size_t a, size_t b) {
+    swap_u(&idx[a], &idx[b]);
+    swap_f(&val[a], &val[b]);
+}
 
-void dgc_topk_indices(uint32_t *idx, size_t n, size_t k, const float *v) {
+void dgc_topk_pairs(uint32_t *idx, float *val, size_t n, size_t k) {
     if (k == 0 || k >= n) return;
     size_t kth = k - 1, lo = 0, hi = n - 1;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (mag(v, idx[mid]) > mag(v, idx[lo])) swap_u(&idx[mid], &idx[lo]);
-        if (mag(v, idx[hi]) > mag(v, idx[lo])) swap_u(&idx[hi], &idx[lo]);
-        if (mag(v, idx[hi]) > mag(v, idx[mid])) swap_u(&idx[hi], &idx[mid]);
-        float p = mag(v, idx[mid]);
+        if (fabsf(val[mid]) > fabsf(val[lo])) swap_pair(idx, val, mid, lo);
+        if (fabsf(val[hi]) > fabsf(val[lo])) swap_pair(idx, val, hi, lo);
+        if (fabsf(val[hi]) > fabsf(val[mid])) swap_pair(idx, val, hi, mid);
+        float p = fabsf(val[mid]);
         size_t i = lo, j = hi;
         for (;;) {
-            while (mag(v, idx[i]) > p) i++;
-            while (mag(v, idx[j]) < p) j--;
+            while (fabsf(val[i]) > p) i++;
+            while (fabsf(val[j]) < p) j--;
             if (i >= j) break;
-            swap_u(&idx[i], &idx[j]);
+            swap_pair(idx, val, i, j);
             i++;
             j--;
         }

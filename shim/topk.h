@@ -11,9 +11,11 @@
  * Requires kth < n and no NaN in a. */
 float dgc_topk_kth_largest(float *a, size_t n, size_t kth);
 
-/* Reorders idx[0..n) so that its first k entries are indices of the k largest
- * |v[idx[i]]| (ties broken arbitrarily). Requires k <= n, no NaN in v. */
-void dgc_topk_indices(uint32_t *idx, size_t n, size_t k, const float *v);
+/* Reorders the pairs (idx[i], val[i]), i < n, together so that the first k
+ * hold the k largest |val| (ties broken arbitrarily). Working on the values
+ * the caller already holds spares a random read per comparison. Requires
+ * k <= n, no NaN in val. */
+void dgc_topk_pairs(uint32_t *idx, float *val, size_t n, size_t k);
 
 /* The `size` largest values pushed so far, as a min-heap over caller memory:
  * after pushing n values, the minimum is the size-th largest of them. A push

@@ -72,8 +72,8 @@ void dgc_wire_subtract(const void *gathered, int nranks, uint64_t k, float scale
     for (int r = 0; r < nranks; r++) add_pairs(payload_at(gathered, r, k), k, -scale, out);
 }
 
-dgc_decode_result dgc_wire_decode(const void *gathered, int nranks, uint64_t step, uint64_t n,
-                                  uint64_t k, float *out, char *err, size_t errlen) {
+static dgc_decode_result decode(const void *gathered, int nranks, uint64_t step, uint64_t n, uint64_t k,
+                                float *out, int zeroed, char *err, size_t errlen) {
     for (int r = 0; r < nranks; r++)
         if (check_payload(payload_at(gathered, r, k), r, step, n, k, err, errlen) != 0)
             return DGC_DECODE_BAD;
@@ -82,7 +82,17 @@ dgc_decode_result dgc_wire_decode(const void *gathered, int nranks, uint64_t ste
         for (uint64_t i = 0; i < n; i++) out[i] = NAN;
         return DGC_DECODE_NONFINITE;
     }
-    memset(out, 0, (size_t)n * sizeof *out);
+    if (!zeroed) memset(out, 0, (size_t)n * sizeof *out);
     for (int r = 0; r < nranks; r++) add_pairs(payload_at(gathered, r, k), k, 1.0f, out);
     return DGC_DECODE_OK;
+}
+
+dgc_decode_result dgc_wire_decode(const void *gathered, int nranks, uint64_t step, uint64_t n,
+                                  uint64_t k, float *out, char *err, size_t errlen) {
+    return decode(gathered, nranks, step, n, k, out, 0, err, errlen);
+}
+
+dgc_decode_result dgc_wire_decode_zeroed(const void *gathered, int nranks, uint64_t step, uint64_t n,
+                                         uint64_t k, float *out, char *err, size_t errlen) {
+    return decode(gathered, nranks, step, n, k, out, 1, err, errlen);
 }

@@ -61,6 +61,14 @@ const float *dgc_state_momentum(const dgc_state *s);
  * Returns 0, or -1 when memory for scratch could not be had. */
 int dgc_compress(dgc_state *s, const float *g, const dgc_step_params *p, void *payload);
 
+/* dgc_compress that also sets the n-element buffer out to zero as the update
+ * streams past, so that decoding need not (dgc_wire_decode_zeroed): one pass
+ * over memory instead of two. out is the call's output and may be g itself
+ * (in place: each element is read before it is zeroed). Returns 1 when out
+ * was zeroed, 0 when it was not (out not 16-byte aligned: decode with
+ * dgc_wire_decode), -1 as dgc_compress. */
+int dgc_compress_zeroing(dgc_state *s, const float *g, const dgc_step_params *p, void *payload, float *out);
+
 /* The number of real (non-padding) pairs the last dgc_compress selected. */
 uint64_t dgc_last_selected(const dgc_state *s);
 

@@ -51,6 +51,10 @@ dgc_decode_result dgc_wire_decode(const void *gathered, int nranks, uint64_t ste
  * computes the same bytes). The payloads must have passed dgc_wire_decode. */
 void dgc_wire_subtract(const void *gathered, int nranks, uint64_t k, float scale, float *out);
 
+/* dgc_wire_decode for an out the caller has already set to zero. */
+dgc_decode_result dgc_wire_decode_zeroed(const void *gathered, int nranks, uint64_t step, uint64_t n,
+                                         uint64_t k, float *out, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -730,3 +730,51 @@ Test(engine_nonfinite, flagged_with_clipping_on) {
     run_nonfinite(INFINITY, 1, 1.0);
     run_nonfinite(NAN, 0, 1.0);
 }
+
+/* dgc_compress_zeroing: the same payload and state as dgc_compress, with the
+ * output zeroed on the way, also in place (out == g, read before zeroed), and
+ * an unaligned output left alone (the caller then zeroes while decoding). */
+Test(engine_zeroing, same_payload_and_zeroed_output_also_in_place) {
+    const size_t n = 4099; /* not a multiple of the 16-element chunk: the tail too */
+    const uint64_t k = 41;
+    rng_seed(31);
+    float *g = alloc_floats(n), *out = alloc_floats(n + 1), *inplace = alloc_floats(n);
+    fill_gradient(g, n, 1.0f);
+    dgc_state *a = dgc_state_create(n, 1), *b = dgc_state_create(n, 1), *c = dgc_state_create(n, 1);
+    void *pa = alloc_payload(k), *pb = alloc_payload(k), *pc = alloc_payload(k);
+    for (uint64_t step = 0; step < 3; step++) {
+        dgc_step_params p = plain_params(step, k, 0.01);
+        p.momentum = 0.9f;
+        for (size_t i = 0; i < n; i++) out[i] = 7.0f;
+        memcpy(inplace, g, n * sizeof *g);
+        cr_assert_eq(dgc_compress(a, g, &p, pa), 0);
+        cr_assert_eq(dgc_compress_zeroing(b, g, &p, pb, out), 1, "a 16-byte aligned output is zeroed");
+        cr_assert_eq(dgc_compress_zeroing(c, inplace, &p, pc, inplace), 1);
+        cr_assert(memcmp(pa, pb, dgc_wire_bytes(k)) == 0, "step %llu: payload differs with zeroing", (unsigned long long)step);
+        cr_assert(memcmp(pa, pc, dgc_wire_bytes(k)) == 0, "step %llu: payload differs in place", (unsigned long long)step);
+        for (size_t i = 0; i < n; i++) {
+            cr_assert(out[i] == 0.0f, "out[%zu] = %g, not zeroed", i, out[i]);
+            cr_assert(inplace[i] == 0.0f, "in-place g[%zu] = %g, not zeroed", i, inplace[i]);
+        }
+        dgc_commit(a, &p);
+        dgc_commit(b, &p);
+        dgc_commit(c, &p);
+        cr_assert(memcmp(dgc_state_residual(a), dgc_state_residual(b), n * sizeof(float)) == 0);
+        cr_assert(memcmp(dgc_state_residual(a), dgc_state_residual(c), n * sizeof(float)) == 0);
+        fill_gradient(g, n, 1.0f);
+    }
+    dgc_step_params p = plain_params(3, k, 0.01);
+    float *unaligned = out + 1;
+    for (size_t i = 0; i < n; i++) unaligned[i] = 7.0f;
+    cr_assert_eq(dgc_compress_zeroing(b, g, &p, pb, unaligned), 0, "an unaligned output is not zeroed");
+    for (size_t i = 0; i < n; i++) cr_assert(unaligned[i] == 7.0f, "unaligned out[%zu] was written", i);
+    dgc_state_destroy(a);
+    dgc_state_destroy(b);
+    dgc_state_destroy(c);
+    free(pa);
+    free(pb);
+    free(pc);
+    free(g);
+    free(out);
+    free(inplace);
+}

@@ -137,6 +137,19 @@ Test(topk_kth_largest, zeros_of_both_signs_count_as_equal) {
     cr_assert(got == 0.0f, "second largest of {0,-0,1,-0,0} is a zero, got %g", got);
 }
 
+/* dgc_topk_pairs over the pairs (idx[i], v[idx[i]]), checking that the pairs
+ * stay together. */
+static void topk_indices(uint32_t *idx, size_t n, size_t k, const float *v) {
+    float *val = malloc((n ? n : 1) * sizeof *val);
+    cr_assert_not_null(val);
+    for (size_t i = 0; i < n; i++) val[i] = v[idx[i]];
+    dgc_topk_pairs(idx, val, n, k);
+    for (size_t i = 0; i < n; i++)
+        cr_assert(val[i] == v[idx[i]], "pair %zu split: index %u carries %g, its value is %g", i, idx[i], val[i],
+                  v[idx[i]]);
+    free(val);
+}
+
 /* Checks that idx is a permutation of orig_idx whose first k entries carry the
  * k largest |v| (by a sort of all |v| over orig_idx). */
 static void check_indices(const uint32_t *orig_idx, size_t n, size_t k, const float *v, const char *what) {
@@ -144,7 +157,7 @@ static void check_indices(const uint32_t *orig_idx, size_t n, size_t k, const fl
     float *mag = malloc((n ? n : 1) * sizeof *mag);
     cr_assert(idx && mag);
     memcpy(idx, orig_idx, n * sizeof *idx);
-    dgc_topk_indices(idx, n, k, v);
+    topk_indices(idx, n, k, v);
 
     for (size_t i = 0; i < n; i++) mag[i] = fabsf(v[orig_idx[i]]);
     qsort(mag, n, sizeof *mag, cmp_desc);
@@ -200,7 +213,7 @@ Test(topk_indices, uses_magnitude_not_signed_value) {
      * would pick 3, 2 and 1 instead. */
     float v[] = {1.0f, -10.0f, 2.0f, -20.0f, 3.0f, -30.0f};
     uint32_t idx[] = {0, 1, 2, 3, 4, 5};
-    dgc_topk_indices(idx, 6, 3, v);
+    topk_indices(idx, 6, 3, v);
     int seen[6] = {0};
     for (int i = 0; i < 3; i++) seen[idx[i]] = 1;
     cr_assert(seen[1] && seen[3] && seen[5], "top 3 by |v| are indices 1, 3, 5; got %u %u %u", idx[0], idx[1],
