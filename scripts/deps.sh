@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
-# Installs the Debian packages dgcshim builds, tests and demos with. Idempotent:
-# does nothing when they are all present. Needs root (or sudo) to install.
+# Installs the Debian packages dgcshim needs. Idempotent: does nothing when
+# they are all present. Needs root (or sudo) to install.
+#
+#   scripts/deps.sh          build and test: compiler, CMake, Open MPI, Criterion, zlib
+#   scripts/deps.sh train    also Fashion-MNIST (the C trainer's data)
+#   scripts/deps.sh torch    also PyTorch, mpi4py, numpy and matplotlib for /usr/bin/python3
 set -euo pipefail
-pkgs=(build-essential cmake openmpi-bin libopenmpi-dev libcriterion-dev zlib1g-dev pkg-config
-      python3-numpy iproute2)
+pkgs=(build-essential cmake openmpi-bin libopenmpi-dev libcriterion-dev zlib1g-dev pkg-config iproute2)
+case "${1:-}" in
+  "") ;;
+  train) pkgs+=(dataset-fashion-mnist) ;;
+  torch) pkgs+=(dataset-fashion-mnist python3-torch python3-mpi4py python3-numpy python3-matplotlib) ;;
+  *) echo "deps.sh: unknown group '$1' (use train or torch)" >&2; exit 2 ;;
+esac
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

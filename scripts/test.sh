@@ -5,7 +5,7 @@
 # Exits non-zero when any test fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/deps.sh
+scripts/deps.sh train  # the trainer case reads Fashion-MNIST
 jobs=$(nproc)
 run() { # build-dir, cmake args...
   local dir=$1; shift

@@ -48,3 +48,13 @@ mpi_case(bad_sparsity -e DGC_SPARSITY=1.5
          --fail "dgcshim ERROR invalid DGC_SPARSITY='1.5': accepted .0, 1. " -- passthrough)
 mpi_case(bad_min_elements_on_one_rank --split DGC_MIN_ELEMENTS=1000,-3
          --fail "invalid DGC_MIN_ELEMENTS='-3'" -- passthrough)
+
+# A real training run under the shim: the C trainer on a slice of
+# Fashion-MNIST (needs Debian's dataset-fashion-mnist; without it the case
+# fails with the trainer's message naming the missing file). It must learn,
+# end with identical weights on every rank, and have been compressed.
+mpi_case(mlp_trainer_under_shim --check $<TARGET_FILE:mlp_trainer>
+         -e DGC_MOMENTUM=0.9 -e DGC_WARMUP_STEPS=40 -e DGC_STATS=1
+         --grep "^final test_acc 0[.][7-9].* weights_identical 1"
+         --grep "STATS 0x[0-9a-f]+ +669706 +.* 496[.]8x"
+         -- --epochs 2 --train-limit 8192 --test-limit 2000)

@@ -8,17 +8,18 @@
 # -e exports a variable to every rank (mpirun -x). --split gives the first
 # half of the ranks VAR=A and the second half VAR=B (two app contexts).
 # --fail: the job must fail, within the time limit, with REGEX in its output.
-# --grep: the job must pass with REGEX in its output (extended regex).
+# --grep: the job must pass with REGEX in its output (extended regex; may be
+# given several times, each must match).
 # Environment: SHIM and CHECK (paths), DGC_SANITIZE (ON: preload ASan first).
 set -u
-np=4; envs=(); split=""; fail_re=""; grep_re=""; check="${CHECK:?CHECK unset}"
+np=4; envs=(); split=""; fail_re=""; greps=(); check="${CHECK:?CHECK unset}"
 while [ $# -gt 0 ]; do
   case "$1" in
     -n) np=$2; shift 2 ;;
     -e) envs+=("$2"); shift 2 ;;
     --split) split=$2; shift 2 ;;
     --fail) fail_re=$2; shift 2 ;;
-    --grep) grep_re=$2; shift 2 ;;
+    --grep) greps+=("$2"); shift 2 ;;
     --check) check=$2; shift 2 ;;
     --) shift; break ;;
     *) echo "run_case.sh: unknown option $1" >&2; exit 2 ;;
@@ -64,7 +65,7 @@ if [ -n "$fail_re" ]; then
   echo "CASE PASSED: failed as expected with /$fail_re/"; exit 0
 fi
 [ $rc -eq 0 ] || { echo "CASE FAILED: exit status $rc"; exit 1; }
-if [ -n "$grep_re" ]; then
-  grep -Eq -- "$grep_re" "$out" || { echo "CASE FAILED: output lacks /$grep_re/"; exit 1; }
-fi
+for re in "${greps[@]}"; do
+  grep -Eq -- "$re" "$out" || { echo "CASE FAILED: output lacks /$re/"; exit 1; }
+done
 echo "CASE PASSED"
