@@ -155,6 +155,10 @@ def main():
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     torch.set_num_threads(1)
+    # Sparse updates leave most of SGD's momentum buffer decaying by m each
+    # step with no new gradient: within a few hundred steps those entries are
+    # denormal floats, which x86 computes on many times more slowly.
+    torch.set_flush_denormal(True)
 
     try:
         x_train, y_train = load_split(args.data, "train", args.train_limit)
