@@ -83,6 +83,7 @@ def plot(curves, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
     trainers = [t for t in TRAINERS if any((t[0], c) in curves for c, _ in CONFIGS)]
     fig, axes = plt.subplots(1, len(trainers), figsize=(6 * len(trainers), 4.2), squeeze=False)
     for ax, (trainer, tname) in zip(axes[0], trainers):
@@ -92,6 +93,7 @@ def plot(curves, path):
                 ax.plot(range(1, len(acc) + 1), [100 * a for a in acc], marker="o", label=cname)
         ax.set_title(f"{tname}, 4 ranks, Fashion-MNIST")
         ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.set_ylabel("test accuracy (%)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
