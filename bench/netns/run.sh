@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Run an MPI job on the emulated cluster, one rank per host (network namespace).
+#
+#   run.sh N [mpirun options...] -- command [args...]
+#
+# Needs `cluster.sh up M` with M >= N first. Options before `--` go to mpirun
+# (e.g. -x LD_PRELOAD=/abs/libdgcshim.so -x DGC_STATS=1); the command must be
+# an absolute path or on PATH (it runs from the current directory, which all
+# "hosts" share).
+#
+# How it launches, and why:
+#  * mpirun itself runs inside dgc0 (host 0), not in the root namespace. Its
+#    out-of-band channel (oob_tcp_if_include 10.77.0.0/24) must listen on an
+#    address the orteds can reach, and the root namespace has no address on the
+#    cluster's bridge (by design: nothing touches the host's interfaces). In
+#    dgc0, mpirun owns 10.77.0.10, sees that this hostfile entry is local, and
+#    starts rank 0 itself, like mpirun on the first node of a real cluster.
+#  * Every other host gets its orted through rsh_netns.sh (plm_rsh_agent),
+#    which runs it under `ip netns exec dgc<i>` (this works from inside dgc0:
+#    ip netns exec switches by the /run/netns/<name> handle, not relative to the
+#    caller's namespace). plm_rsh_no_tree_spawn: mpirun launches every orted
+#    itself, instead of orteds launching orteds.
+#  * The hostfile names hosts by IP address (10.77.0.1x), so no name needs
+#    resolving and /etc/hosts stays as it is; orte_keep_fqdn_hostnames keeps
+#    Open MPI from cutting "10.77.0.11" at the first dot into "10".
+#  * Every namespace has its own hostname (dgc<i>, set in a private UTS
+#    namespace), so each orted has its own session directory in /tmp.
+#  * pml ob1 + btl tcp,self: MPI traffic goes over TCP on eth0 only (UCX would
+#    use shared memory between the "hosts", which are on one machine).
+#  * --bind-to none: each orted sees the whole machine as its own node and would
+#    bind every rank to core 0.
+#
+# The job's exit status is mpirun's. Ctrl-C stops mpirun, which stops the job.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+AGENT=$HERE/rsh_netns.sh
+PREFIX=dgc
+SUBNET=10.77.0
+HOST_BASE=10
+
+die() { local rc=$1; shift; echo "run.sh: $*" >&2; exit "$rc"; }
+[ $# -ge 3 ] || die 2 "usage: run.sh N [mpirun options...] -- command [args...]"
+N=$1; shift
+[[ $N =~ ^[0-9]+$ ]] && [ "$N" -ge 1 ] || die 2 "N must be a positive integer, got '$N'"
+mpi_opts=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do mpi_opts+=("$1"); shift; done
+[ "${1:-}" = "--" ] && [ $# -ge 2 ] || die 2 "usage: run.sh N [mpirun options...] -- command [args...]"
+shift
+
+[ "$(id -u)" -eq 0 ] || die 4 "needs root (ip netns exec)"
+for ((i = 0; i < N; i++)); do
+    [ -e "/run/netns/$PREFIX$i" ] || die 4 "host $PREFIX$i does not exist: run '$HERE/cluster.sh up $N' first"
+done
+command -v mpirun >/dev/null 2>&1 || die 4 "mpirun (Open MPI) is not installed"
+
+tmp=$(mktemp -d /tmp/dgcnetns-run.XXXXXX)
+mpipid=""
+cleanup() {
+    [ -n "$mpipid" ] && kill -TERM "$mpipid" 2>/dev/null || true
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+hostfile=$tmp/hostfile
+for ((i = 0; i < N; i++)); do echo "$SUBNET.$((HOST_BASE + i)) slots=1"; done >"$hostfile"
+
+# Run as root inside the namespaces: allow it for mpirun and the orteds.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+set +e
+ip netns exec "${PREFIX}0" unshare --uts /bin/sh -c 'echo "$1" > /proc/sys/kernel/hostname && shift && exec "$@"' \
+    run "${PREFIX}0" \
+    mpirun --allow-run-as-root \
+    --hostfile "$hostfile" -np "$N" --map-by node --bind-to none \
+    --mca plm rsh \
+    --mca plm_rsh_agent "$AGENT" \
+    --mca plm_rsh_no_tree_spawn 1 \
+    --mca orte_keep_fqdn_hostnames 1 \
+    --mca oob_tcp_if_include "$SUBNET.0/24" \
+    --mca pml ob1 --mca btl tcp,self \
+    --mca btl_tcp_if_include "$SUBNET.0/24" \
+    --mca osc '^ucx' \
+    "${mpi_opts[@]}" \
+    "$@" &
+mpipid=$!
+wait "$mpipid"
+rc=$?
+mpipid=""
+set -e
+exit "$rc"
