@@ -81,13 +81,19 @@ qdisc_sent() {
     echo "$total"
 }
 
+# A sanitizer build's programs need ASAN_OPTIONS on every rank (Open MPI's own
+# allocations are not ours to leak-check); ranks start from a login shell in
+# their namespace, so hand it over explicitly.
+ASAN=()
+[ -z "${ASAN_OPTIONS:-}" ] || ASAN=(-x "ASAN_OPTIONS=$ASAN_OPTIONS")
+
 # run LABEL [mpirun options]: one job; prints its output, records bytes and time.
 declare -A TX RX WIRE TIME
 run() {
     local label=$1; shift
     local tx0 rx0 w0
     tx0=$(counter tx); rx0=$(counter rx); w0=$(qdisc_sent)
-    if ! timeout 300 "$HERE/run.sh" "$N" "$@" -- "$BENCH" --min-bytes "$BYTES" --max-bytes "$BYTES" \
+    if ! timeout 300 "$HERE/run.sh" "$N" ${ASAN[@]+"${ASAN[@]}"} "$@" -- "$BENCH" --min-bytes "$BYTES" --max-bytes "$BYTES" \
         --iters "$ITERS" --warmup "$WARMUP" >"$tmp/$label.out" 2>&1; then
         cat "$tmp/$label.out" >&2
         fail "the $label run failed"
@@ -99,7 +105,7 @@ run() {
 
 echo "== launch only (4-byte all-reduce, 1 call: what mpirun itself puts on the wire) =="
 tx0=$(counter tx)
-timeout 120 "$HERE/run.sh" "$N" -- "$BENCH" --min-bytes 4 --max-bytes 4 --iters 1 --warmup 0 >"$tmp/launch.out" 2>&1 ||
+timeout 120 "$HERE/run.sh" "$N" ${ASAN[@]+"${ASAN[@]}"} -- "$BENCH" --min-bytes 4 --max-bytes 4 --iters 1 --warmup 0 >"$tmp/launch.out" 2>&1 ||
     { cat "$tmp/launch.out" >&2; fail "the launch-only run failed"; }
 LAUNCH=$(($(counter tx) - tx0))
 echo "  $LAUNCH bytes"
