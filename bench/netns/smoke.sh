@@ -7,7 +7,9 @@
 #   bench/netns/smoke.sh            (needs root and `ip netns`; exit 77 = skipped)
 #
 # Environment: BUILD_DIR (default <repo>/build), or BENCH= and SHIM= for the
-# exact files; SMOKE_BYTES (4M), SMOKE_ITERS (10), SMOKE_WARMUP (2), SMOKE_HOSTS (2).
+# exact files; PRELOAD_FIRST= for libraries to preload ahead of the shim (the
+# ASan runtime in a sanitizer build); SMOKE_BYTES (4M), SMOKE_ITERS (10),
+# SMOKE_WARMUP (2), SMOKE_HOSTS (2).
 # Exit: 0 pass, 1 fail, 77 skipped (no root or no network namespaces).
 set -euo pipefail
 
@@ -112,7 +114,9 @@ echo "  $LAUNCH bytes"
 echo "== dense Open MPI =="
 run dense
 echo "== under the shim (LD_PRELOAD=$SHIM) =="
-run shim -x "LD_PRELOAD=$SHIM" -x DGC_STATS=1
+# PRELOAD_FIRST: libraries that must precede the shim (a sanitizer build's
+# ASan runtime).
+run shim -x "LD_PRELOAD=${PRELOAD_FIRST:+$PRELOAD_FIRST }$SHIM" -x DGC_STATS=1
 
 size=$(awk '!/^#/ && $3 == "float" {print $1}' "$tmp/dense.out" | tail -1)
 calls=$((ITERS + WARMUP))
