@@ -38,21 +38,13 @@ command -v mpirun >/dev/null 2>&1 || fail "mpirun (Open MPI) is not installed"
 [ -f "$SHIM" ] || fail "no shim at $SHIM (build first: cmake --build build)"
 BENCH=$(realpath "$BENCH"); SHIM=$(realpath "$SHIM")
 
-if [ -n "$(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^(${PREFIX}[0-9]+|${PREFIX}br)$" || true)" ]; then
-    fail "an emulated cluster is already up (another benchmark running?); '$HERE/cluster.sh down' removes it"
-fi
+# shellcheck source=common.sh
+. "$HERE/common.sh"
+! netns_cluster_up || fail "an emulated cluster is already up (another benchmark running?); '$HERE/cluster.sh down' removes it"
 
 tmp=$(mktemp -d /tmp/dgcnetns-smoke.XXXXXX)
-teardown() {
-    local rc=$?
-    trap - EXIT INT TERM
-    "$HERE/cluster.sh" down >/dev/null 2>&1 || echo "smoke.sh: teardown failed; run '$HERE/cluster.sh down'" >&2
-    rm -rf "$tmp"
-    exit "$rc"
-}
-trap teardown EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+CLEANUP='rm -rf "$tmp"'
+netns_down_on_exit smoke.sh
 
 up_rc=0
 "$HERE/cluster.sh" up "$N" >"$tmp/up.log" 2>&1 || up_rc=$?

@@ -101,21 +101,13 @@ command -v mpirun >/dev/null 2>&1 || die "mpirun (Open MPI) is not installed"
 [ -x "$BENCH" ] || die "no benchmark at $BENCH (build first)"
 [ -f "$SHIM" ] || die "no shim at $SHIM (build first)"
 BENCH=$(realpath "$BENCH"); SHIM=$(realpath "$SHIM")
-if [ -n "$(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^(${PREFIX}[0-9]+|${PREFIX}br)$" || true)" ]; then
-    die "an emulated cluster is already up (another benchmark running?); '$HERE/cluster.sh down' removes it"
-fi
+# shellcheck source=common.sh
+. "$HERE/common.sh"
+! netns_cluster_up || die "an emulated cluster is already up (another benchmark running?); '$HERE/cluster.sh down' removes it"
 
 mkdir -p "$OUT/logs"
 CSV=$OUT/allreduce.csv
-teardown() {
-    local rc=$?
-    trap - EXIT INT TERM
-    "$HERE/cluster.sh" down >/dev/null 2>&1 || echo "sweep.sh: teardown failed; run '$HERE/cluster.sh down'" >&2
-    exit "$rc"
-}
-trap teardown EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+netns_down_on_exit sweep.sh
 
 iters_for() { # bytes -> timed calls
     if [ "$ITERS" != auto ]; then echo "$ITERS"

@@ -62,19 +62,11 @@ skip() { echo "SKIPPED: train_step.sh needs root and ip netns ($*)"; exit 77; }
 ip netns list >/dev/null 2>&1 || skip "'ip netns' not supported"
 for f in "$TRAINER" "$BENCH" "$SHIM"; do [ -e "$f" ] || die "missing $f (build first)"; done
 TRAINER=$(realpath "$TRAINER"); BENCH=$(realpath "$BENCH"); SHIM=$(realpath "$SHIM")
-if [ -n "$(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^(${PREFIX}[0-9]+|${PREFIX}br)$" || true)" ]; then
-    die "an emulated cluster is already up; '$HERE/cluster.sh down' removes it"
-fi
+# shellcheck source=common.sh
+. "$HERE/common.sh"
+! netns_cluster_up || die "an emulated cluster is already up; '$HERE/cluster.sh down' removes it"
 mkdir -p "$OUT/logs"
-teardown() {
-    local rc=$?
-    trap - EXIT INT TERM
-    "$HERE/cluster.sh" down >/dev/null 2>&1 || echo "train_step.sh: teardown failed; run '$HERE/cluster.sh down'" >&2
-    exit "$rc"
-}
-trap teardown EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+netns_down_on_exit train_step.sh
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 targs() { # ranks -> trainer arguments (same per-rank batch and steps)
