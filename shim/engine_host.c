@@ -240,17 +240,21 @@ static void store4_nt(float *p, f4 x) {
 #endif
 }
 
-/* Appends the candidates among the CHUNK values vn (global offset i) to
- * s->cand, storing at most cand_cap of them; returns the new count. */
-static uint64_t append_hits(dgc_state *s, const f4 *vn, uint64_t i, float thr, uint64_t c) {
-    for (int q = 0; q < CHUNK; q++) {
-        if (!dgc_rule_selected(vn[q / LANES][q % LANES], thr)) continue;
-        if (c < s->cand_cap) {
-            s->cand[c] = (uint32_t)(i + (uint64_t)q);
-            s->cand_val[c] = vn[q / LANES][q % LANES];
-        }
-        c++;
+/* Counts element i (updated value vn) as candidate number c when it is
+ * selected, storing it while there is room; returns the new count, which
+ * may exceed cand_cap (the caller then selects exactly). */
+static uint64_t add_candidate(dgc_state *s, uint64_t c, uint64_t i, float vn, float thr) {
+    if (!dgc_rule_selected(vn, thr)) return c;
+    if (c < s->cand_cap) {
+        s->cand[c] = (uint32_t)i;
+        s->cand_val[c] = vn;
     }
+    return c + 1;
+}
+
+/* The candidates among the CHUNK values vn at global offset i. */
+static uint64_t append_hits(dgc_state *s, const f4 *vn, uint64_t i, float thr, uint64_t c) {
+    for (int q = 0; q < CHUNK; q++) c = add_candidate(s, c, i + (uint64_t)q, vn[q / LANES][q % LANES], thr);
     return c;
 }
 
@@ -309,13 +313,7 @@ static uint32_t stream_update(dgc_state *s, const float *g, float *zero, float s
         if (s->u) s->u_next[i] = un;
         if (zero) zero[i] = 0.0f;
         bad |= dgc_rule_nonfinite(vn);
-        if (dgc_rule_selected(vn, thr)) {
-            if (c < s->cand_cap) {
-                s->cand[c] = (uint32_t)i;
-                s->cand_val[c] = vn;
-            }
-            c++;
-        }
+        c = add_candidate(s, c, i, vn, thr);
     }
     *overflow = c > s->cand_cap;
     *ncand = *overflow ? 0 : c;
