@@ -11,11 +11,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef __SSE2__
-#include <emmintrin.h>
-#endif
+#include <sys/mman.h>
 
 #include "dgcshim/update_rules.h"
+#include "engine_stream.h"
 #include "topk.h"
 
 /* Oversampling of the threshold: aim for about twice k candidates, then keep
@@ -28,20 +27,10 @@
 /* Candidates beyond this many times k trigger the exact fallback. */
 #define CANDIDATE_CAP_FACTOR 8
 #define CANDIDATE_CAP_MIN 4096
-/* The update runs over CHUNKs of 16 elements held in vector registers: it
- * streams the new v (and u) out with non-temporal stores, which skip the
- * read-for-ownership a plain store to a cold line costs, and tests the whole
- * chunk against the threshold at once; only the few chunks holding a
- * candidate are looked at element by element, from registers. */
-#define CHUNK 16
-#define LANES 4
 /* The sample is taken in runs of RUN consecutive elements: one cache line
  * per run instead of one per sampled element. */
 #define RUN 16
 #define PREFETCH_RUNS 8
-
-typedef float f4 __attribute__((vector_size(16)));
-typedef int32_t i4 __attribute__((vector_size(16)));
 
 struct dgc_state {
     uint64_t n;
@@ -76,11 +65,25 @@ uint64_t dgc_k_for(uint64_t n, double density) {
     return k > (double)n ? n : (uint64_t)k;
 }
 
-/* 64-byte aligned floats (streaming stores need 16), zeroed when asked. */
+/* Arrays of at least this size are asked to be backed by huge pages: the
+ * update pass streams through four to six of them, and with 4 KiB pages it
+ * would take a TLB miss every 1024 floats of each. */
+#define HUGE_PAGE ((size_t)2 << 20)
+
+/* 64-byte aligned floats (streaming stores need it), zeroed when asked. */
 static float *floats(uint64_t n, int zero) {
     size_t bytes = ((size_t)n * sizeof(float) + 63) & ~(size_t)63;
-    float *p = aligned_alloc(64, bytes ? bytes : 64);
-    if (p && zero) memset(p, 0, bytes);
+    size_t align = 64;
+    if (bytes >= HUGE_PAGE) {
+        align = HUGE_PAGE;
+        bytes = (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+    }
+    float *p = aligned_alloc(align, bytes ? bytes : 64);
+    if (!p) return NULL;
+#ifdef MADV_HUGEPAGE
+    if (align == HUGE_PAGE) madvise(p, bytes, MADV_HUGEPAGE); /* advice only: failure changes nothing */
+#endif
+    if (zero) memset(p, 0, bytes);
     return p;
 }
 
@@ -225,96 +228,16 @@ static int sampled_threshold(dgc_state *s, const float *g, float scale, const dg
     return 0;
 }
 
-static f4 load4(const float *p) {
-    f4 x;
-    memcpy(&x, p, sizeof x); /* g may be unaligned: movups */
-    return x;
-}
-
-/* v_next and u_next are 64-byte aligned and i is a multiple of 4. */
-static void store4_nt(float *p, f4 x) {
-#ifdef __SSE2__
-    _mm_stream_ps(p, (__m128)x);
-#else
-    memcpy(p, &x, sizeof x);
-#endif
-}
-
-/* Counts element i (updated value vn) as candidate number c when it is
- * selected, storing it while there is room; returns the new count, which
- * may exceed cand_cap (the caller then selects exactly). */
-static uint64_t add_candidate(dgc_state *s, uint64_t c, uint64_t i, float vn, float thr) {
-    if (!dgc_rule_selected(vn, thr)) return c;
-    if (c < s->cand_cap) {
-        s->cand[c] = (uint32_t)i;
-        s->cand_val[c] = vn;
-    }
-    return c + 1;
-}
-
-/* The candidates among the CHUNK values vn at global offset i. */
-static uint64_t append_hits(dgc_state *s, const f4 *vn, uint64_t i, float thr, uint64_t c) {
-    for (int q = 0; q < CHUNK; q++) c = add_candidate(s, c, i + (uint64_t)q, vn[q / LANES][q % LANES], thr);
-    return c;
-}
-
-/* Sets *c and returns non-zero when some new value is non-finite. with_u and
- * nesterov are compile-time constants at every call site, so each variant
- * is its own straight-line loop. */
-static inline __attribute__((always_inline)) uint32_t
-update_chunks(dgc_state *s, const float *g, float *zero, uint64_t nchunks, float scale, float m, int with_u,
-              int nesterov, float thr, uint64_t *c) {
-    const i4 exp_mask = {0x7f800000, 0x7f800000, 0x7f800000, 0x7f800000};
-    const i4 abs_mask = {0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff};
-    i4 bad = {0, 0, 0, 0};
-    uint64_t cand = *c;
-    for (uint64_t ch = 0; ch < nchunks; ch++) {
-        uint64_t i = ch * CHUNK;
-        f4 vn[CHUNK / LANES];
-        i4 hit = {0, 0, 0, 0};
-        for (int q = 0; q < CHUNK / LANES; q++) {
-            uint64_t j = i + (uint64_t)q * LANES;
-            f4 gv = load4(g + j) * scale;
-            f4 un = with_u ? DGC_RULE_MOMENTUM(load4(s->u + j), gv, m, nesterov) : gv;
-            f4 add = with_u ? DGC_RULE_ADDEND(un, gv, nesterov) : gv;
-            vn[q] = DGC_RULE_ACCUMULATE(load4(s->v + j), add);
-            store4_nt(s->v_next + j, vn[q]);
-            if (zero) store4_nt(zero + j, (f4){0, 0, 0, 0}); /* after g + j was read: zero may be g */
-            if (with_u) store4_nt(s->u_next + j, un);
-            i4 bits = (i4)vn[q];
-            bad |= (bits & exp_mask) == exp_mask;
-            hit |= (f4)(bits & abs_mask) >= thr;
-        }
-        if (hit[0] | hit[1] | hit[2] | hit[3]) cand = append_hits(s, vn, i, thr, cand);
-    }
-    *c = cand;
-    return (uint32_t)(bad[0] | bad[1] | bad[2] | bad[3]);
-}
-
-/* Streams the update, collecting candidate indices; returns 1 when some
- * updated value is non-finite. *overflow is set when candidates outgrew
- * cand_cap (the caller then selects exactly). */
+/* The update pass (engine_stream.c); returns 1 when some updated value is
+ * non-finite. *overflow is set when candidates outgrew cand_cap (the caller
+ * then selects exactly). */
 static uint32_t stream_update(dgc_state *s, const float *g, float *zero, float scale, const dgc_step_params *p,
                               float thr, uint64_t *ncand, int *overflow) {
-    uint64_t c = 0, nchunks = s->n / CHUNK;
-    uint32_t bad;
-    if (!s->u) bad = update_chunks(s, g, zero, nchunks, scale, 0.0f, 0, 0, thr, &c);
-    else if (p->nesterov) bad = update_chunks(s, g, zero, nchunks, scale, p->momentum, 1, 1, thr, &c);
-    else bad = update_chunks(s, g, zero, nchunks, scale, p->momentum, 1, 0, thr, &c);
-#ifdef __SSE2__
-    _mm_sfence(); /* streaming stores are weakly ordered */
-#endif
-    for (uint64_t i = nchunks * CHUNK; i < s->n; i++) { /* the tail, one by one */
-        float un = 0.0f;
-        float add = s->u ? dgc_rule_momentum(s->u[i], g[i] * scale, p->momentum, p->nesterov, &un)
-                         : g[i] * scale;
-        float vn = dgc_rule_accumulate(s->v[i], add);
-        s->v_next[i] = vn;
-        if (s->u) s->u_next[i] = un;
-        if (zero) zero[i] = 0.0f;
-        bad |= dgc_rule_nonfinite(vn);
-        c = add_candidate(s, c, i, vn, thr);
-    }
+    dgc_stream_job job = {.n = s->n, .g = g, .u = s->u, .v = s->v, .u_next = s->u_next, .v_next = s->v_next,
+                          .zero = zero, .scale = scale, .momentum = p->momentum, .nesterov = p->nesterov,
+                          .thr = thr, .cand = s->cand, .cand_val = s->cand_val, .cand_cap = s->cand_cap};
+    uint64_t c;
+    uint32_t bad = dgc_stream_update(&job, &c);
     *overflow = c > s->cand_cap;
     *ncand = *overflow ? 0 : c;
     return bad != 0;
@@ -356,7 +279,7 @@ int dgc_compress(dgc_state *s, const float *g, const dgc_step_params *p, void *p
 }
 
 int dgc_compress_zeroing(dgc_state *s, const float *g, const dgc_step_params *p, void *payload, float *out) {
-    float *zero = out && ((uintptr_t)out & 15) == 0 ? out : NULL; /* streaming stores need 16 */
+    float *zero = out && ((uintptr_t)out % sizeof(float)) == 0 ? out : NULL;
     uint64_t cap = p->k * CANDIDATE_CAP_FACTOR;
     if (cap < CANDIDATE_CAP_MIN) cap = CANDIDATE_CAP_MIN;
     if (cap > s->n) cap = s->n;

@@ -65,7 +65,7 @@ int dgc_compress(dgc_state *s, const float *g, const dgc_step_params *p, void *p
  * streams past, so that decoding need not (dgc_wire_decode_zeroed): one pass
  * over memory instead of two. out is the call's output and may be g itself
  * (in place: each element is read before it is zeroed). Returns 1 when out
- * was zeroed, 0 when it was not (out not 16-byte aligned: decode with
+ * was zeroed, 0 when it was not (out not float-aligned: decode with
  * dgc_wire_decode), -1 as dgc_compress. */
 int dgc_compress_zeroing(dgc_state *s, const float *g, const dgc_step_params *p, void *payload, float *out);
 

@@ -731,31 +731,41 @@ Test(engine_nonfinite, flagged_with_clipping_on) {
     run_nonfinite(NAN, 0, 1.0);
 }
 
-/* dgc_compress_zeroing: the same payload and state as dgc_compress, with the
- * output zeroed on the way, also in place (out == g, read before zeroed), and
- * an unaligned output left alone (the caller then zeroes while decoding). */
-Test(engine_zeroing, same_payload_and_zeroed_output_also_in_place) {
-    const size_t n = 4099; /* not a multiple of the 16-element chunk: the tail too */
-    const uint64_t k = 41;
-    rng_seed(31);
-    float *g = alloc_floats(n), *out = alloc_floats(n + 1), *inplace = alloc_floats(n);
+/* dgc_compress_zeroing at one output offset (floats past a 64-byte
+ * boundary): the same payload and state as dgc_compress, with the output
+ * zeroed on the way, also in place (out == g: read before zeroed). The
+ * output's zero goes out in whole aligned lines, lagging the update by the
+ * offset, so every offset has its own edges. */
+static void check_zeroing(size_t n, uint64_t k, size_t off) {
+    rng_seed(31 + n + off);
+    float *g = alloc_floats(n), *out_base = aligned_alloc(64, (n + 16) * sizeof(float) + 64);
+    float *inplace_base = aligned_alloc(64, (n + 16) * sizeof(float) + 64);
+    cr_assert(out_base && inplace_base);
+    float *out = out_base + off, *inplace = inplace_base + off;
     fill_gradient(g, n, 1.0f);
     dgc_state *a = dgc_state_create(n, 1), *b = dgc_state_create(n, 1), *c = dgc_state_create(n, 1);
     void *pa = alloc_payload(k), *pb = alloc_payload(k), *pc = alloc_payload(k);
     for (uint64_t step = 0; step < 3; step++) {
         dgc_step_params p = plain_params(step, k, 0.01);
         p.momentum = 0.9f;
-        for (size_t i = 0; i < n; i++) out[i] = 7.0f;
+        for (size_t i = 0; i < n + 16 - off; i++) out[i] = 7.0f; /* and past the end */
         memcpy(inplace, g, n * sizeof *g);
+        inplace[n] = 7.0f;
         cr_assert_eq(dgc_compress(a, g, &p, pa), 0);
-        cr_assert_eq(dgc_compress_zeroing(b, g, &p, pb, out), 1, "a 16-byte aligned output is zeroed");
+        cr_assert_eq(dgc_compress_zeroing(b, g, &p, pb, out), 1, "n %zu offset %zu: not zeroed", n, off);
         cr_assert_eq(dgc_compress_zeroing(c, inplace, &p, pc, inplace), 1);
-        cr_assert(memcmp(pa, pb, dgc_wire_bytes(k)) == 0, "step %llu: payload differs with zeroing", (unsigned long long)step);
-        cr_assert(memcmp(pa, pc, dgc_wire_bytes(k)) == 0, "step %llu: payload differs in place", (unsigned long long)step);
+        cr_assert(memcmp(pa, pb, dgc_wire_bytes(k)) == 0, "n %zu offset %zu step %llu: payload differs with zeroing",
+                  n, off, (unsigned long long)step);
+        cr_assert(memcmp(pa, pc, dgc_wire_bytes(k)) == 0, "n %zu offset %zu step %llu: payload differs in place", n,
+                  off, (unsigned long long)step);
         for (size_t i = 0; i < n; i++) {
-            cr_assert(out[i] == 0.0f, "out[%zu] = %g, not zeroed", i, out[i]);
-            cr_assert(inplace[i] == 0.0f, "in-place g[%zu] = %g, not zeroed", i, inplace[i]);
+            cr_assert(out[i] == 0.0f, "n %zu offset %zu: out[%zu] = %g, not zeroed", n, off, i, out[i]);
+            cr_assert(inplace[i] == 0.0f, "n %zu offset %zu: in-place g[%zu] = %g, not zeroed", n, off, i,
+                      inplace[i]);
         }
+        for (size_t i = n; i < n + 16 - off; i++)
+            cr_assert(out[i] == 7.0f, "n %zu offset %zu: out[%zu], past the end, was written", n, off, i);
+        cr_assert(inplace[n] == 7.0f, "n %zu offset %zu: in place, past the end was written", n, off);
         dgc_commit(a, &p);
         dgc_commit(b, &p);
         dgc_commit(c, &p);
@@ -763,11 +773,6 @@ Test(engine_zeroing, same_payload_and_zeroed_output_also_in_place) {
         cr_assert(memcmp(dgc_state_residual(a), dgc_state_residual(c), n * sizeof(float)) == 0);
         fill_gradient(g, n, 1.0f);
     }
-    dgc_step_params p = plain_params(3, k, 0.01);
-    float *unaligned = out + 1;
-    for (size_t i = 0; i < n; i++) unaligned[i] = 7.0f;
-    cr_assert_eq(dgc_compress_zeroing(b, g, &p, pb, unaligned), 0, "an unaligned output is not zeroed");
-    for (size_t i = 0; i < n; i++) cr_assert(unaligned[i] == 7.0f, "unaligned out[%zu] was written", i);
     dgc_state_destroy(a);
     dgc_state_destroy(b);
     dgc_state_destroy(c);
@@ -775,6 +780,33 @@ Test(engine_zeroing, same_payload_and_zeroed_output_also_in_place) {
     free(pb);
     free(pc);
     free(g);
-    free(out);
-    free(inplace);
+    free(out_base);
+    free(inplace_base);
+}
+
+Test(engine_zeroing, same_payload_and_zeroed_output_at_every_offset_also_in_place) {
+    /* 4099: many chunks and a tail; 40: two chunks and a tail; 17 and 16:
+     * one chunk, where a lagging output line never completes; 5: tail only. */
+    const size_t sizes[] = {4099, 40, 17, 16, 5};
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
+        for (size_t off = 0; off < 16; off++) check_zeroing(sizes[s], sizes[s] > 100 ? 41 : 2, off);
+}
+
+Test(engine_zeroing, output_not_float_aligned_is_left_alone) {
+    const size_t n = 100;
+    float *g = alloc_floats(n);
+    unsigned char *raw = malloc(n * sizeof(float) + 1);
+    cr_assert(raw);
+    fill_gradient(g, n, 1.0f);
+    float *odd = (float *)(void *)(raw + 1); /* never dereferenced as float here */
+    memset(raw, 0x5a, n * sizeof(float) + 1);
+    dgc_state *s = dgc_state_create(n, 0);
+    void *pl = alloc_payload(2);
+    dgc_step_params p = plain_params(0, 2, 0.01);
+    cr_assert_eq(dgc_compress_zeroing(s, g, &p, pl, odd), 0, "a misaligned output is not zeroed");
+    for (size_t i = 0; i < n * sizeof(float) + 1; i++) cr_assert_eq(raw[i], 0x5a, "byte %zu was written", i);
+    dgc_state_destroy(s);
+    free(pl);
+    free(raw);
+    free(g);
 }

@@ -1,0 +1,23 @@
+/* Which update-stream variant runs: the widest the CPU (and the OS, which
+ * must save the wide registers; __builtin_cpu_supports checks both) has.
+ * Asked on every call rather than cached: it costs a few loads against a
+ * pass over megabytes, and keeps this module free of mutable state. */
+#include <string.h>
+
+#include "engine_stream.h"
+
+dgc_stream_fn dgc_stream_variant(const char *name) {
+#ifdef DGC_STREAM_X86
+    __builtin_cpu_init();
+    int avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2");
+    if (!name) name = avx512 ? "avx512" : avx2 ? "avx2" : "generic";
+    if (strcmp(name, "avx512") == 0) return avx512 ? dgc_stream_update_avx512 : NULL;
+    if (strcmp(name, "avx2") == 0) return avx2 ? dgc_stream_update_avx2 : NULL;
+#endif
+    if (!name || strcmp(name, "generic") == 0) return dgc_stream_update_generic;
+    return NULL;
+}
+
+uint32_t dgc_stream_update(const dgc_stream_job *job, uint64_t *ncand) {
+    return dgc_stream_variant(NULL)(job, ncand);
+}
