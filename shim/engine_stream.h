@@ -47,4 +47,7 @@ uint32_t dgc_stream_update_avx512(const dgc_stream_job *job, uint64_t *ncand);
  * or CPU lacks it; name NULL asks for the one dgc_stream_update uses. */
 dgc_stream_fn dgc_stream_variant(const char *name);
 
+/* The name of the variant dgc_stream_update uses, for the banner. */
+const char *dgc_stream_variant_name(void);
+
 #endif

@@ -6,16 +6,23 @@
 
 #include "engine_stream.h"
 
-dgc_stream_fn dgc_stream_variant(const char *name) {
+const char *dgc_stream_variant_name(void) {
 #ifdef DGC_STREAM_X86
     __builtin_cpu_init();
-    int avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2");
-    if (!name) name = avx512 ? "avx512" : avx2 ? "avx2" : "generic";
-    if (strcmp(name, "avx512") == 0) return avx512 ? dgc_stream_update_avx512 : NULL;
-    if (strcmp(name, "avx2") == 0) return avx2 ? dgc_stream_update_avx2 : NULL;
+    if (__builtin_cpu_supports("avx512f")) return "avx512";
+    if (__builtin_cpu_supports("avx2")) return "avx2";
 #endif
-    if (!name || strcmp(name, "generic") == 0) return dgc_stream_update_generic;
-    return NULL;
+    return "generic";
+}
+
+dgc_stream_fn dgc_stream_variant(const char *name) {
+    if (!name) name = dgc_stream_variant_name();
+#ifdef DGC_STREAM_X86
+    __builtin_cpu_init();
+    if (strcmp(name, "avx512") == 0) return __builtin_cpu_supports("avx512f") ? dgc_stream_update_avx512 : NULL;
+    if (strcmp(name, "avx2") == 0) return __builtin_cpu_supports("avx2") ? dgc_stream_update_avx2 : NULL;
+#endif
+    return strcmp(name, "generic") == 0 ? dgc_stream_update_generic : NULL;
 }
 
 uint32_t dgc_stream_update(const dgc_stream_job *job, uint64_t *ncand) {

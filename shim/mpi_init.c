@@ -6,6 +6,7 @@
 
 #include "dgcshim/config.h"
 #include "dgcshim/stats.h"
+#include "engine_stream.h"
 #include "log.h"
 #include "mpi_internal.h"
 #include "registry.h"
@@ -34,7 +35,7 @@ static void setup(void) {
     if (rank == 0) {
         char line[768];
         dgc_config_describe(&cfg, line, sizeof line);
-        DGC_INFO("dgcshim active: %s", line);
+        DGC_INFO("dgcshim active (host engine: %s): %s", dgc_stream_variant_name(), line);
     }
 }
 

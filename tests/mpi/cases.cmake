@@ -40,7 +40,7 @@ mpi_case(passthrough_min_elements -e DGC_MIN_ELEMENTS=200000 -- passthrough --ex
 mpi_case(passthrough_min_ranks -e DGC_MIN_RANKS=8 -- passthrough --expect-compressed 0)
 mpi_case(stats_ratio -e DGC_STATS=1 --grep "STATS +0x[0-9a-f]+ +1048576 +5 +0 +20971520 +42120 +497[.]9x +497[.]9x"
          -- stats)
-mpi_case(banner -e DGC_LOG_LEVEL=info --grep "rank 0 dgcshim INFO dgcshim active: DGC_ENABLE=1 DGC_SPARSITY=0.999"
+mpi_case(banner -e DGC_LOG_LEVEL=info --grep "rank 0 dgcshim INFO dgcshim active \\(host engine: (avx512|avx2|generic)\\): DGC_ENABLE=1 DGC_SPARSITY=0.999"
          -- passthrough)
 mpi_case(mismatched_sparsity --split DGC_SPARSITY=0.99,0.9
          --fail "rank [0-9] dgcshim ERROR DGC_SPARSITY differs between ranks" -- passthrough)
