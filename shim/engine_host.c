@@ -31,6 +31,8 @@
  * per run instead of one per sampled element. */
 #define RUN 16
 #define PREFETCH_RUNS 8
+/* Masking after the exchange writes k scattered elements. */
+#define MASK_PREFETCH_AHEAD 16
 
 struct dgc_state {
     uint64_t n;
@@ -317,10 +319,15 @@ static void swap_arrays(float **a, float **b) {
 void dgc_commit(dgc_state *s, const dgc_step_params *p) {
     swap_arrays(&s->v, &s->v_next);
     if (s->u) swap_arrays(&s->u, &s->u_next);
-    for (uint64_t j = 0; j < s->nsel; j++) {
+    float *u = s->u && p->momentum_masking ? s->u : NULL;
+    for (uint64_t j = 0; j < s->nsel; j++) { /* scattered: prefetch as the decoder does */
+        if (j + MASK_PREFETCH_AHEAD < s->nsel) {
+            __builtin_prefetch(s->v + s->cand[j + MASK_PREFETCH_AHEAD], 1);
+            if (u) __builtin_prefetch(u + s->cand[j + MASK_PREFETCH_AHEAD], 1);
+        }
         uint32_t i = s->cand[j];
         s->v[i] = 0.0f;
-        if (s->u && p->momentum_masking) s->u[i] = 0.0f;
+        if (u) u[i] = 0.0f;
     }
     s->nsel = 0;
 }
