@@ -738,8 +738,8 @@ Test(engine_nonfinite, flagged_with_clipping_on) {
  * offset, so every offset has its own edges. */
 static void check_zeroing(size_t n, uint64_t k, size_t off) {
     rng_seed(31 + n + off);
-    float *g = alloc_floats(n), *out_base = aligned_alloc(64, (n + 16) * sizeof(float) + 64);
-    float *inplace_base = aligned_alloc(64, (n + 16) * sizeof(float) + 64);
+    size_t bytes = ((n + 32) * sizeof(float) + 63) & ~(size_t)63; /* C11: a multiple of the alignment */
+    float *g = alloc_floats(n), *out_base = aligned_alloc(64, bytes), *inplace_base = aligned_alloc(64, bytes);
     cr_assert(out_base && inplace_base);
     float *out = out_base + off, *inplace = inplace_base + off;
     fill_gradient(g, n, 1.0f);
