@@ -66,12 +66,10 @@ static void add_pairs(const char *p, uint64_t k, float scale, float *out) {
     const float *val = (const float *)(p + sizeof(dgc_wire_header) + (size_t)k * 4u);
     /* The indices are scattered over the whole output, each add a cache (and
      * often TLB) miss: prefetching PREFETCH_AHEAD pairs ahead overlaps them. */
-    uint64_t j = 0;
-    for (; j + PREFETCH_AHEAD < k; j++) {
-        __builtin_prefetch(out + idx[j + PREFETCH_AHEAD], 1);
+    for (uint64_t j = 0; j < k; j++) {
+        if (j + PREFETCH_AHEAD < k) __builtin_prefetch(out + idx[j + PREFETCH_AHEAD], 1);
         out[idx[j]] += scale * val[j]; /* 1.0f * x is x, bit for bit */
     }
-    for (; j < k; j++) out[idx[j]] += scale * val[j];
 }
 
 void dgc_wire_subtract(const void *gathered, int nranks, uint64_t k, float scale, float *out) {
