@@ -228,29 +228,14 @@ done
 "$HERE/cluster.sh" down >/dev/null
 echo "== sweep done in $(($(date +%s) - t_start)) s: $CSV =="
 
-# The engine on one rank, no network, a core of its own (what each real host has):
-# np 1 with DGC_MIN_RANKS=1, so the shim compresses a 1-rank all-reduce (the
-# all-gather is a local copy). Sizes: the extras' sizes. --engine-only: this alone.
-engine_call() { # BYTES LOG -> time_us: np 1, 3 warm-up calls + 30 timed
-    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "$JOB_TIMEOUT" \
-        mpirun --allow-run-as-root -np 1 --mca btl self --mca pml ob1 \
-        -x LD_PRELOAD="$SHIM" -x DGC_STATS=1 -x DGC_MIN_RANKS=1 \
-        "$BENCH" --min-bytes "$1" --max-bytes "$1" --iters 30 --warmup 3 >"$2" 2>&1 ||
-        { cat "$2" >&2; die "the 1-rank engine run failed"; }
-    grep -q "STATS total" "$2" || die "the 1-rank run did not compress (log $2)"
-    awk '!/^#/ && NF >= 6 && $3 == "float" {t = $4} END {print t}' "$2"
-}
+# The engine on one rank with a core of its own (common.sh), for the extras'
+# sizes. --engine-only: this alone.
 if [ "$ENGINE" = 1 ]; then
-    # The engine's steady-state time per call: the whole 1-rank call (engine plus
-    # a local copy of the payload), the mean of 30 timed calls after 3 untimed
-    # ones, so the first call's allocation and first touch are not in it. (A
-    # difference of DGC_STATS totals between a long and a short job is not
-    # steadier: the first call's page faults alone vary by 100 ms.)
     ECSV=$OUT/engine_1host.csv
     echo "bytes,timed_calls,engine_us_per_call" >"$ECSV"
     sizes=$(for e in "${EXTRAS[@]+"${EXTRAS[@]}"}"; do to_bytes "${e#*:}"; done | sort -un)
     for bytes in $sizes; do
-        t=$(engine_call "$bytes" "$OUT/logs/engine_1host_${bytes}.out")
+        t=$(netns_engine_call_us "$bytes" "$OUT/logs/engine_1host_${bytes}.out")
         echo "$bytes,30,$t" >>"$ECSV"
         echo "  engine, 1 rank, $bytes B: $t us per call (whole call, steady state, mean of 30)"
     done

@@ -101,15 +101,8 @@ cat "$log1"
 read -r PARAMS _ _ _ _ _ < <(parse "$log1")
 
 echo "== engine on one rank with a core of its own: $PARAMS floats ($(($(date +%s) - t0)) s) =="
-# Steady state: the whole 1-rank call (engine + local copy of the payload), mean
-# of 30 timed calls after 3 untimed ones (the first call's allocation excluded).
-elog=$OUT/logs/train_engine_1host.out
-timeout 900 mpirun --allow-run-as-root -np 1 --mca btl self --mca pml ob1 \
-    -x "LD_PRELOAD=$SHIM" -x DGC_MOMENTUM=0.9 -x DGC_STATS=1 -x DGC_MIN_RANKS=1 \
-    "$BENCH" --min-bytes $((PARAMS * 4)) --max-bytes $((PARAMS * 4)) --iters 30 --warmup 3 >"$elog" 2>&1 ||
-    { cat "$elog" >&2; die "engine run failed"; }
-grep -q "STATS total" "$elog" || die "the 1-rank run did not compress (log $elog)"
-ENG1=$(awk '!/^#/ && NF >= 6 && $3 == "float" {printf "%.6f", $4 / 1e6}' "$elog")
+eng_us=$(netns_engine_call_us $((PARAMS * 4)) "$OUT/logs/train_engine_1host.out" -x DGC_MOMENTUM=0.9)
+ENG1=$(awk -v t="$eng_us" 'BEGIN {printf "%.6f", t / 1e6}')
 echo "  engine: $ENG1 s per call (momentum 0.9)"
 
 echo "== cluster up $N ($(($(date +%s) - t0)) s) =="
