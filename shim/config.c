@@ -49,6 +49,12 @@ static const option_desc options[DGC_OPT_COUNT] = {
                            0, OFF(log_level)},
     [DGC_OPT_STATS] = {"DGC_STATS", KIND_BOOL, "0", 0, 1, 0, 0, "0 or 1", 0, OFF(stats)},
     [DGC_OPT_COMPENSATE] = {"DGC_COMPENSATE", KIND_BOOL, "1", 0, 1, 0, 0, "0 or 1", 1, OFF(compensate)},
+    [DGC_OPT_STATE_IDLE_CALLS] = {"DGC_STATE_IDLE_CALLS", KIND_UINT, "1000", 0, 1e12, 0, 0,
+                                  "integer in [0, 10^12], 0 = never", 1, OFF(state_idle_calls)},
+    /* Per rank: a rank over its budget says so in its payload header, so
+     * ranks with different budgets still decide every call alike. */
+    [DGC_OPT_MAX_STATE_MB] = {"DGC_MAX_STATE_MB", KIND_UINT, "0", 0, 1e9, 0, 0,
+                              "integer in [0, 10^9], 0 = no limit", 0, OFF(max_state_mb)},
 };
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
@@ -65,20 +71,34 @@ static int in_range(const option_desc *o, double x) {
     return 1;
 }
 
+/* strtod and strtoull skip these (isspace in the C locale) and then accept a
+ * sign; the check for a sign must skip the same set. */
+static const char *skip_space(const char *t) {
+    while (*t == ' ' || *t == '\t' || *t == '\n' || *t == '\v' || *t == '\f' || *t == '\r') t++;
+    return t;
+}
+
+/* strtod's ERANGE covers overflow (rejected) and underflow: a subnormal
+ * result is the value asked for, to within rounding, so it stands; a result
+ * flushed to zero from non-zero text is not, so it is rejected. */
+static int real_in_reach(double x) { return x != 0 && !isinf(x); }
+
 /* Parses text into a double, integer-only for UINT/BOOL; 0 on malformed text. */
 static int parse_number(const option_desc *o, const char *text, double *out) {
     char *end = NULL;
     errno = 0;
     if (o->kind == KIND_REAL) {
         *out = strtod(text, &end);
+        if (errno == ERANGE && real_in_reach(*out)) errno = 0;
     } else {
-        while (*text == ' ' || *text == '\t') text++; /* strtoull would skip them, then take a sign */
-        if (text[0] == '-' || text[0] == '+') return 0;
-        unsigned long long u = strtoull(text, &end, 10);
+        const char *digits = skip_space(text);
+        if (digits[0] == '-' || digits[0] == '+') return 0;
+        unsigned long long u = strtoull(digits, &end, 10);
+        if (end == digits) end = (char *)text;
         *out = (double)u;
     }
     if (errno != 0 || end == text) return 0;
-    while (*end == ' ' || *end == '\t') end++;
+    end = (char *)skip_space(end);
     return *end == '\0';
 }
 
@@ -117,6 +137,10 @@ void dgc_config_defaults(dgc_config *cfg) {
     }
 }
 
+/* The offending text as quoted in an error: long values are cut so that the
+ * range and default, which say how to fix it, always fit. */
+#define QUOTE_MAX 64
+
 int dgc_config_parse(dgc_config *cfg, dgc_env_lookup lookup, char *err, size_t errlen) {
     dgc_config_defaults(cfg);
     for (int i = 0; i < DGC_OPT_COUNT; i++) {
@@ -124,8 +148,9 @@ int dgc_config_parse(dgc_config *cfg, dgc_env_lookup lookup, char *err, size_t e
         const char *text = lookup(o->name);
         if (text == NULL) continue;
         if (!parse_one(cfg, o, text)) {
-            snprintf(err, errlen, "invalid %s='%s': accepted %s (default %s)", o->name, text, o->range,
-                     o->def);
+            int cut = strlen(text) > QUOTE_MAX;
+            snprintf(err, errlen, "invalid %s='%.*s'%s: accepted %s (default %s)", o->name, QUOTE_MAX, text,
+                     cut ? "... (cut)" : "", o->range, o->def);
             dgc_config_defaults(cfg);
             return -1;
         }
@@ -189,8 +214,11 @@ void dgc_config_describe(const dgc_config *cfg, char *buf, size_t len) {
  * Zero-initialised, so enable reads 0 until MPI_Init installs a validated one. */
 static dgc_config current;
 static int current_rank = -1;
+static int current_job;
 
 const dgc_config *dgc_config_current(void) { return &current; }
 void dgc_config_install(const dgc_config *cfg) { current = *cfg; }
 int dgc_config_rank(void) { return current_rank; }
 void dgc_config_set_rank(int rank) { current_rank = rank; }
+int dgc_config_job(void) { return current_job; }
+void dgc_config_set_job(int job) { current_job = job; }

@@ -13,7 +13,10 @@ static void emit(const char *tag, const char *fmt, va_list ap) {
     gethostname(host, sizeof host - 1);
     char msg[1024];
     vsnprintf(msg, sizeof msg, fmt, ap);
-    fprintf(stderr, "%s:%d rank %d dgcshim %s %s\n", host, (int)getpid(), dgc_config_rank(), tag, msg);
+    char job[24] = "";
+    if (dgc_config_job() > 0) snprintf(job, sizeof job, " job %d", dgc_config_job());
+    if (dgc_config_job() < 0) snprintf(job, sizeof job, " spawned");
+    fprintf(stderr, "%s:%d rank %d%s dgcshim %s %s\n", host, (int)getpid(), dgc_config_rank(), job, tag, msg);
     fflush(stderr);
 }
 

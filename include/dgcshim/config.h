@@ -33,6 +33,8 @@ typedef struct dgc_config {
     int log_level;           /* DGC_LOG_LEVEL, a dgc_log_level */
     int stats;               /* DGC_STATS */
     int compensate;          /* DGC_COMPENSATE */
+    uint64_t state_idle_calls; /* DGC_STATE_IDLE_CALLS, 0 = never */
+    uint64_t max_state_mb;   /* DGC_MAX_STATE_MB, 0 = no limit */
 } dgc_config;
 
 /* Options in table order; DGC_OPT_COUNT is the number of variables. */
@@ -50,6 +52,8 @@ typedef enum {
     DGC_OPT_LOG_LEVEL,
     DGC_OPT_STATS,
     DGC_OPT_COMPENSATE,
+    DGC_OPT_STATE_IDLE_CALLS,
+    DGC_OPT_MAX_STATE_MB,
     DGC_OPT_COUNT
 } dgc_option;
 
@@ -90,6 +94,11 @@ void dgc_config_install(const dgc_config *cfg);
 /* The rank used in log lines (-1 until known). */
 int dgc_config_rank(void);
 void dgc_config_set_rank(int rank);
+
+/* The job a spawned process belongs to, for log lines ("rank 0 job 2"); 0
+ * for the job mpirun started, whose lines carry no job. */
+int dgc_config_job(void);
+void dgc_config_set_job(int job);
 
 #ifdef __cplusplus
 }

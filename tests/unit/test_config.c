@@ -55,6 +55,8 @@ static void spec_defaults(dgc_config *c) {
     c->log_level = DGC_LOG_WARN;
     c->stats = 0;
     c->compensate = 1;
+    c->state_idle_calls = 1000;
+    c->max_state_mb = 0;
 }
 
 static void assert_config_eq(const dgc_config *got, const dgc_config *want, const char *ctx) {
@@ -79,13 +81,15 @@ static void assert_config_eq(const dgc_config *got, const dgc_config *want, cons
                  want->log_level);
     cr_assert_eq(got->stats, want->stats, "%s: stats", ctx);
     cr_assert_eq(got->compensate, want->compensate, "%s: compensate", ctx);
+    cr_assert_eq(got->state_idle_calls, want->state_idle_calls, "%s: state_idle_calls", ctx);
+    cr_assert_eq(got->max_state_mb, want->max_state_mb, "%s: max_state_mb", ctx);
 }
 
 static const char *const all_names[] = {
     "DGC_ENABLE",    "DGC_SPARSITY",         "DGC_WARMUP_STEPS", "DGC_MOMENTUM",
     "DGC_NESTEROV",  "DGC_MOMENTUM_MASKING", "DGC_CLIP_NORM",    "DGC_MIN_ELEMENTS",
     "DGC_MIN_RANKS", "DGC_SAMPLE_RATIO",     "DGC_LOG_LEVEL",    "DGC_STATS",
-    "DGC_COMPENSATE",
+    "DGC_COMPENSATE", "DGC_STATE_IDLE_CALLS", "DGC_MAX_STATE_MB",
 };
 #define NNAMES (sizeof all_names / sizeof all_names[0])
 
@@ -93,7 +97,8 @@ static const char *const all_names[] = {
 
 Test(config_table, names_in_enum_order_and_defaults_as_specified) {
     cr_assert_eq(DGC_OPT_COUNT, (int)NNAMES, "the design lists %zu variables", NNAMES);
-    static const char *const defaults[] = {"1", "0.999", "0", "0", "0", "1", "0", "16384", "2", "0.01", "warn", "0", "1"};
+    static const char *const defaults[] = {"1", "0.999", "0", "0", "0", "1", "0", "16384", "2", "0.01", "warn", "0", "1",
+                                           "1000", "0"};
     for (int i = 0; i < DGC_OPT_COUNT; i++) {
         cr_assert_str_eq(dgc_option_name((dgc_option)i), all_names[i]);
         cr_assert_str_eq(dgc_option_default((dgc_option)i), defaults[i], "%s default", all_names[i]);
@@ -111,6 +116,11 @@ Test(config_table, wire_changing_options_are_collective) {
         cr_assert(dgc_option_is_collective(must[i]), "%s must be collective", dgc_option_name(must[i]));
     cr_assert(!dgc_option_is_collective(DGC_OPT_LOG_LEVEL), "log level may differ between ranks");
     cr_assert(!dgc_option_is_collective(DGC_OPT_STATS), "stats printing may differ between ranks");
+    /* Freeing idle states changes results: every rank must free alike. */
+    cr_assert(dgc_option_is_collective(DGC_OPT_STATE_IDLE_CALLS), "DGC_STATE_IDLE_CALLS must be collective");
+    /* A memory budget is a rank's own (hosts differ); the exchange keeps
+     * ranks with different budgets in step. */
+    cr_assert(!dgc_option_is_collective(DGC_OPT_MAX_STATE_MB), "DGC_MAX_STATE_MB is per rank");
 }
 
 /* ---- defaults ------------------------------------------------------------ */
@@ -145,7 +155,7 @@ Test(config_parse, one_good_value_for_each_variable) {
         {"DGC_MOMENTUM", "0.9"},     {"DGC_NESTEROV", "1"},        {"DGC_MOMENTUM_MASKING", "0"},
         {"DGC_CLIP_NORM", "2.5"},    {"DGC_MIN_ELEMENTS", "1024"}, {"DGC_MIN_RANKS", "4"},
         {"DGC_SAMPLE_RATIO", "0.5"}, {"DGC_LOG_LEVEL", "debug"},   {"DGC_STATS", "1"},
-        {"DGC_COMPENSATE", "0"},
+        {"DGC_COMPENSATE", "0"},     {"DGC_STATE_IDLE_CALLS", "50"}, {"DGC_MAX_STATE_MB", "2048"},
     };
     dgc_config want;
     spec_defaults(&want);
@@ -169,6 +179,8 @@ Test(config_parse, one_good_value_for_each_variable) {
         case 10: w.log_level = DGC_LOG_DEBUG; break;
         case 11: w.stats = 1; break;
         case 12: w.compensate = 0; break;
+        case 13: w.state_idle_calls = 50; break;
+        case 14: w.max_state_mb = 2048; break;
         }
         assert_config_eq(&cfg, &w, env[i].name);
     }
@@ -179,7 +191,7 @@ Test(config_parse, one_good_value_for_each_variable) {
     cr_assert(cfg.enable == 0 && cfg.sparsity == 0.99 && cfg.warmup_steps == 1000 && cfg.momentum == 0.9 &&
               cfg.nesterov == 1 && cfg.momentum_masking == 0 && cfg.clip_norm == 2.5 && cfg.min_elements == 1024 &&
               cfg.min_ranks == 4 && cfg.sample_ratio == 0.5 && cfg.log_level == DGC_LOG_DEBUG && cfg.stats == 1 &&
-              cfg.compensate == 0);
+              cfg.compensate == 0 && cfg.state_idle_calls == 50 && cfg.max_state_mb == 2048);
 }
 
 Test(config_parse, log_level_names) {
@@ -207,6 +219,8 @@ Test(config_parse, boundaries_accepted) {
         {"DGC_CLIP_NORM", "0"},         {"DGC_CLIP_NORM", "1e30"},     {"DGC_WARMUP_STEPS", "1000000000000"},
         {"DGC_MIN_ELEMENTS", "1"},      {"DGC_MIN_ELEMENTS", "4294967295"}, {"DGC_MIN_RANKS", "1"},
         {"DGC_MIN_RANKS", "1048576"},   {"DGC_ENABLE", "1"},           {"DGC_STATS", "0"},
+        {"DGC_STATE_IDLE_CALLS", "0"},  {"DGC_STATE_IDLE_CALLS", "1000000000000"},
+        {"DGC_MAX_STATE_MB", "0"},      {"DGC_MAX_STATE_MB", "1000000000"},
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         dgc_config cfg;
@@ -278,6 +292,54 @@ Test(config_parse, negative_integer_after_leading_blank_rejected) {
     expect_rejected("DGC_ENABLE", " -18446744073709551615", NULL);
     expect_rejected("DGC_WARMUP_STEPS", "\t-18446744073709551614", NULL);
     expect_rejected("DGC_MIN_ELEMENTS", " -1", NULL);
+    /* ... and so does every other character isspace() knows. */
+    static const char *const space[] = {"\v", "\r", "\f", "\n", " \n\t\v"};
+    char text[64];
+    for (size_t i = 0; i < sizeof space / sizeof space[0]; i++) {
+        snprintf(text, sizeof text, "%s-18446744073709551615", space[i]);
+        expect_rejected("DGC_MIN_RANKS", text, NULL);
+        snprintf(text, sizeof text, "%s+5", space[i]);
+        expect_rejected("DGC_WARMUP_STEPS", text, NULL);
+    }
+}
+
+Test(config_parse, surrounding_whitespace_of_any_kind_is_allowed_around_a_number) {
+    static const char *const ok[] = {"\v7", "7\v", "\r\n7\f", " 7 "};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        dgc_config cfg;
+        char err[256];
+        cr_assert_eq(parse_one(&cfg, "DGC_MIN_RANKS", ok[i], err, sizeof err), 0, "case %zu: %s", i, err);
+        cr_assert_eq(cfg.min_ranks, 7);
+    }
+}
+
+Test(config_parse, subnormal_values_are_values) {
+    /* strtod reports ERANGE for a subnormal result, which is still the
+     * number asked for: in range for DGC_CLIP_NORM and DGC_SAMPLE_RATIO. */
+    dgc_config cfg;
+    char err[256];
+    cr_assert_eq(parse_one(&cfg, "DGC_CLIP_NORM", "1e-310", err, sizeof err), 0, "%s", err);
+    cr_assert(cfg.clip_norm > 0 && cfg.clip_norm < 2e-310, "clip %g", cfg.clip_norm);
+    cr_assert_eq(parse_one(&cfg, "DGC_SAMPLE_RATIO", "4.9e-324", err, sizeof err), 0, "%s", err);
+    cr_assert(cfg.sample_ratio > 0);
+    /* Underflow all the way to zero is not the value asked for. */
+    expect_rejected("DGC_CLIP_NORM", "1e-400", NULL);
+    expect_rejected("DGC_SPARSITY", "1e-99999", NULL);
+    /* Overflow neither. */
+    expect_rejected("DGC_CLIP_NORM", "1e400", NULL);
+}
+
+Test(config_parse, a_long_value_leaves_room_for_range_and_default) {
+    char value[600];
+    memset(value, '9', sizeof value - 1);
+    value[sizeof value - 1] = '\0';
+    dgc_config cfg;
+    char err[256];
+    cr_assert_eq(parse_one(&cfg, "DGC_MIN_ELEMENTS", value, err, sizeof err), -1);
+    cr_assert(strstr(err, "DGC_MIN_ELEMENTS") != NULL, "%s", err);
+    cr_assert(strstr(err, dgc_option_range(DGC_OPT_MIN_ELEMENTS)) != NULL, "range missing: %s", err);
+    cr_assert(strstr(err, "(default 16384)") != NULL, "default missing: %s", err);
+    cr_assert(strstr(err, "999999999") != NULL, "the value's start is not quoted: %s", err);
 }
 
 Test(config_parse, out_of_range_rejected) {
