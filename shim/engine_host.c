@@ -11,10 +11,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "dgcshim/update_rules.h"
 #include "engine_stream.h"
+#include "pages.h"
 #include "topk.h"
 
 /* Oversampling of the threshold: aim for about twice k candidates, then keep
@@ -67,38 +67,20 @@ uint64_t dgc_k_for(uint64_t n, double density) {
     return k > (double)n ? n : (uint64_t)k;
 }
 
-/* Arrays of at least this size are asked to be backed by huge pages: the
- * update pass streams through four to six of them, and with 4 KiB pages it
- * would take a TLB miss every 1024 floats of each. */
-#define HUGE_PAGE ((size_t)2 << 20)
-
-/* 64-byte aligned floats (streaming stores need it), zeroed when asked. */
-static float *floats(uint64_t n, int zero) {
-    size_t bytes = ((size_t)n * sizeof(float) + 63) & ~(size_t)63;
-    size_t align = 64;
-    if (bytes >= HUGE_PAGE) {
-        align = HUGE_PAGE;
-        bytes = (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
-    }
-    float *p = aligned_alloc(align, bytes ? bytes : 64);
-    if (!p) return NULL;
-#ifdef MADV_HUGEPAGE
-    if (align == HUGE_PAGE) madvise(p, bytes, MADV_HUGEPAGE); /* advice only: failure changes nothing */
-#endif
-    if (zero) memset(p, 0, bytes);
-    return p;
-}
+/* State arrays: 64-byte aligned (streaming stores need it) and zeroed. */
+static float *floats(uint64_t n) { return dgc_pages_alloc((size_t)n * sizeof(float)); }
+static void free_floats(float *p, uint64_t n) { dgc_pages_free(p, (size_t)n * sizeof(float)); }
 
 dgc_state *dgc_state_create(uint64_t n, int with_momentum) {
     dgc_state *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->n = n;
-    s->v = floats(n, 1);
-    s->v_next = floats(n, 0);
+    s->v = floats(n);
+    s->v_next = floats(n);
     int ok = s->v && s->v_next;
     if (with_momentum) {
-        s->u = floats(n, 1);
-        s->u_next = floats(n, 0);
+        s->u = floats(n);
+        s->u_next = floats(n);
         ok = ok && s->u && s->u_next;
     }
     if (!ok) {
@@ -110,14 +92,37 @@ dgc_state *dgc_state_create(uint64_t n, int with_momentum) {
 
 void dgc_state_destroy(dgc_state *s) {
     if (!s) return;
-    free(s->v);
-    free(s->v_next);
-    free(s->u);
-    free(s->u_next);
-    free(s->cand);
-    free(s->cand_val);
-    free(s->scratch);
+    free_floats(s->v, s->n);
+    free_floats(s->v_next, s->n);
+    free_floats(s->u, s->n);
+    free_floats(s->u_next, s->n);
+    dgc_pages_free(s->cand, s->cand_cap * sizeof *s->cand);
+    dgc_pages_free(s->cand_val, s->cand_cap * sizeof *s->cand_val);
+    dgc_pages_free(s->scratch, s->scratch_cap * sizeof *s->scratch);
     free(s);
+}
+
+/* Candidate room for k slots: about CANDIDATE_FACTOR k are expected, up to
+ * CANDIDATE_CAP_FACTOR k are kept before the exact fallback takes over. */
+static uint64_t candidate_cap(uint64_t n, uint64_t k) {
+    uint64_t cap = k * CANDIDATE_CAP_FACTOR;
+    if (cap < CANDIDATE_CAP_MIN) cap = CANDIDATE_CAP_MIN;
+    return cap > n ? n : cap;
+}
+
+static size_t array_bytes(uint64_t elems, size_t elem) { return dgc_pages_footprint((size_t)elems * elem); }
+
+size_t dgc_state_bytes(const dgc_state *s) {
+    size_t arrays = (s->u ? 4 : 2) * array_bytes(s->n, sizeof(float));
+    return sizeof *s + arrays + 2 * array_bytes(s->cand_cap, sizeof(uint32_t)) +
+           array_bytes(s->scratch_cap, sizeof(float));
+}
+
+size_t dgc_state_footprint(uint64_t n, int with_momentum, uint64_t k) {
+    /* The sample scratch is left out: it is a heap of about 2k * ratio
+     * values, or the sample itself, a fraction of the arrays above. */
+    return sizeof(dgc_state) + (with_momentum ? 4 : 2) * array_bytes(n, sizeof(float)) +
+           2 * array_bytes(candidate_cap(n, k), sizeof(uint32_t));
 }
 
 uint64_t dgc_state_size(const dgc_state *s) { return s->n; }
@@ -125,12 +130,34 @@ const float *dgc_state_residual(const dgc_state *s) { return s->v; }
 const float *dgc_state_momentum(const dgc_state *s) { return s->u; }
 uint64_t dgc_last_selected(const dgc_state *s) { return s->nsel; }
 
-static int reserve(void **buf, uint64_t *cap, uint64_t want, size_t elem) {
-    if (*cap >= want) return 0;
-    void *p = realloc(*buf, want * elem);
-    if (!p) return -1;
-    *buf = p;
+/* Makes *buf hold want elements. Contents are not kept: every user fills
+ * its array afresh. A block far larger than needed (warm-up is over, or the
+ * exact fallback ran once) is given back rather than kept for ever. */
+static int fit(void **buf, uint64_t *cap, uint64_t want, size_t elem) {
+    int shrink = *cap > 4 * want && (*cap - want) * elem > ((size_t)64 << 10);
+    if (*cap >= want && !shrink) return 0;
+    dgc_pages_free(*buf, (size_t)*cap * elem);
+    *cap = 0;
+    *buf = dgc_pages_alloc((size_t)want * elem);
+    if (!*buf) return -1;
     *cap = want;
+    return 0;
+}
+
+/* Room for cap candidates, indices and values alike. */
+static int fit_candidates(dgc_state *s, uint64_t cap) {
+    uint64_t cap_val = s->cand_cap;
+    if (fit((void **)&s->cand_val, &cap_val, cap, sizeof(float))) {
+        dgc_pages_free(s->cand, s->cand_cap * sizeof *s->cand);
+        s->cand = NULL;
+        s->cand_cap = 0;
+        return -1;
+    }
+    if (fit((void **)&s->cand, &s->cand_cap, cap, sizeof(uint32_t))) {
+        dgc_pages_free(s->cand_val, cap_val * sizeof *s->cand_val);
+        s->cand_val = NULL;
+        return -1;
+    }
     return 0;
 }
 
@@ -208,7 +235,7 @@ static int sampled_threshold(dgc_state *s, const float *g, float scale, const dg
      * sample is drawn; a large one (warm-up, ratio 1) stores the sample and
      * runs quickselect on it. */
     int use_heap = want * HEAP_FACTOR <= m;
-    if (reserve((void **)&s->scratch, &s->scratch_cap, use_heap ? want : m, sizeof(float))) return -1;
+    if (fit((void **)&s->scratch, &s->scratch_cap, use_heap ? want : m, sizeof(float))) return -1;
     dgc_topk_heap heap;
     dgc_topk_heap_init(&heap, s->scratch, want);
     uint64_t runs = (m + RUN - 1) / RUN, seed = (p->step + 1) * 0x9e3779b97f4a7c15ull, j = 0;
@@ -248,7 +275,7 @@ static uint32_t stream_update(dgc_state *s, const float *g, float *zero, float s
 /* Exact top k of the updated |v|, for when the sampled threshold was far off. */
 static int select_exact(dgc_state *s, uint64_t k) {
     uint64_t n = s->n;
-    if (reserve((void **)&s->scratch, &s->scratch_cap, n, sizeof(float))) return -1;
+    if (fit((void **)&s->scratch, &s->scratch_cap, n, sizeof(float))) return -1;
     for (uint64_t i = 0; i < n; i++) s->scratch[i] = fabsf(s->v_next[i]);
     float t = dgc_topk_kth_largest(s->scratch, n, k - 1);
     uint64_t c = 0;
@@ -282,13 +309,8 @@ int dgc_compress(dgc_state *s, const float *g, const dgc_step_params *p, void *p
 
 int dgc_compress_zeroing(dgc_state *s, const float *g, const dgc_step_params *p, void *payload, float *out) {
     float *zero = out && ((uintptr_t)out % sizeof(float)) == 0 ? out : NULL;
-    uint64_t cap = p->k * CANDIDATE_CAP_FACTOR;
-    if (cap < CANDIDATE_CAP_MIN) cap = CANDIDATE_CAP_MIN;
-    if (cap > s->n) cap = s->n;
-    uint64_t val_cap = s->cand_cap;
-    if (reserve((void **)&s->cand_val, &val_cap, cap, sizeof(float))) return -1;
-    if (reserve((void **)&s->cand, &s->cand_cap, cap, sizeof(uint32_t))) return -1;
     s->nsel = 0;
+    if (fit_candidates(s, candidate_cap(s->n, p->k))) return -1;
 
     float scale = 1.0f;
     if (p->clip_norm > 0) scale = dgc_rule_clip_scale(sum_squares(g, s->n), p->clip_norm, p->nranks);

@@ -2,145 +2,169 @@
  * comparisons against the installed configuration: no lock, allocation,
  * system call or environment read, since frameworks issue many tiny
  * all-reduces. Everything else is the compressed path. */
-#include <time.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "dgcshim/config.h"
 #include "dgcshim/policy.h"
 #include "dgcshim/wire.h"
 #include "log.h"
 #include "mpi_internal.h"
-#include "registry.h"
+#include "pages.h"
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* MPI_Init checked MPI_COMM_WORLD. Every other communicator is checked once,
- * before its first compressed exchange: those derived from MPI_COMM_WORLD
- * pass trivially, but ones from connect/accept or spawn hold ranks MPI_Init
- * never compared, and a handle does not tell which kind it is. */
-static int check_comm(MPI_Comm comm, const dgc_config *cfg) {
-    int seen = dgc_registry_comm_checked(dgc_mpi_comm_key(comm));
-    if (seen < 0) return MPI_ERR_NO_MEM;
-    if (seen == 0 && dgc_mpi_config_agrees(comm, cfg, 0) != 0) return MPI_ERR_OTHER;
-    return MPI_SUCCESS;
-}
-
-/* Momentum compensation: an unmodified SGD with momentum m computes
- * buf = m*buf + d; returning d = S_t - m*S_{t-1} (S: the summed sparse update)
- * makes buf == S_t, so the framework applies exactly the DGC update. Only a
- * finite step becomes the next S_{t-1}: after a skipped one, the optimizer's
- * buffer still holds the last finite S. */
-static void compensate(dgc_buffer *b, float *out, const dgc_step_params *p, const dgc_config *cfg) {
-    if (!cfg->compensate || p->momentum == 0.0f) return;
-    if (b->prev_k) dgc_wire_subtract(b->prev, p->nranks, b->prev_k, p->momentum, out);
-    dgc_registry_keep_gathered(b, p->k);
-}
-
-/* Compress, exchange, decode, commit. rb receives the sum. Errors of the
- * shim's own go to comm's error handler here; an all-gather error already
- * went there inside MPI. */
-static int exchange(dgc_buffer *b, const float *g, float *rb, const dgc_step_params *p, MPI_Comm comm,
-                    const dgc_config *cfg) {
-    size_t bytes = dgc_wire_bytes(p->k);
-    if (dgc_registry_reserve(b, bytes, p->nranks)) return dgc_mpi_fail(comm, MPI_ERR_NO_MEM);
-    double t0 = now();
-    /* The output is zeroed as the update streams past: on an error below its
-     * contents are undefined, as MPI allows. */
-    int zeroed = dgc_compress_zeroing(b->state, g, p, b->send, rb);
-    if (zeroed < 0) return dgc_mpi_fail(comm, MPI_ERR_NO_MEM);
-    double t1 = now();
-    int words = (int)(bytes / 8);
-    int rc = PMPI_Allgather(b->send, words, MPI_UINT64_T, b->gathered, words, MPI_UINT64_T, comm);
-    if (rc != MPI_SUCCESS) {
-        dgc_discard(b->state);
-        return rc;
-    }
-    double t2 = now();
-    char err[256];
-    dgc_decode_result r = (zeroed ? dgc_wire_decode_zeroed : dgc_wire_decode)(b->gathered, p->nranks, p->step,
-                                                                             b->count, p->k, rb, err, sizeof err);
-    if (r == DGC_DECODE_OK) {
-        dgc_commit(b->state, p);
-        compensate(b, rb, p, cfg);
-    } else {
-        dgc_discard(b->state);
-    }
-    b->stats.engine_seconds += (t1 - t0) + (now() - t2);
-    b->stats.calls++;
-    b->stats.dense_bytes += b->count * sizeof(float);
-    b->stats.wire_bytes += bytes;
-    b->stats.last_wire_bytes = bytes;
-    if (r == DGC_DECODE_NONFINITE) {
-        b->stats.nonfinite++;
-        DGC_INFO("step %llu on a %llu-element buffer held Inf/NaN on some rank: output set to NaN, "
-                 "residual and momentum kept as they were", (unsigned long long)p->step,
-                 (unsigned long long)b->count);
-    }
-    if (r == DGC_DECODE_BAD) {
-        DGC_ERROR("%s", err);
-        return dgc_mpi_fail(comm, MPI_ERR_OTHER);
-    }
-    return MPI_SUCCESS;
-}
-
-/* The compressed path. Returns PASS when the call must pass through after all
- * (decided from count and step, so on every rank alike). */
-enum { PASS = -1 };
-
-static int compressed(const void *sb, void *rb, uint64_t count, MPI_Comm comm, int nranks,
-                      const dgc_config *cfg) {
-    int rc = check_comm(comm, cfg);
-    if (rc != MPI_SUCCESS) return dgc_mpi_fail(comm, rc);
-    uint64_t key = dgc_mpi_comm_key(comm), step;
-    if (dgc_registry_next_step(key, count, &step)) return dgc_mpi_fail(comm, MPI_ERR_NO_MEM);
-    dgc_step_params p;
-    if (dgc_policy_plan(cfg, count, step, nranks, &p)) return PASS; /* too big for one all-gather */
-    dgc_buffer *b = dgc_registry_buffer(key, rb, count, cfg->momentum > 0);
-    if (!b) {
-        DGC_ERROR("no memory for the state of a %llu-element buffer", (unsigned long long)count);
-        return dgc_mpi_fail(comm, MPI_ERR_NO_MEM);
-    }
-    return exchange(b, sb == MPI_IN_PLACE ? rb : sb, rb, &p, comm, cfg);
+/* 4-byte IEEE floats under any of their names: C's, and Fortran's REAL and
+ * REAL*4 (REAL only where it is 4 bytes: not with -fdefault-real-8). The
+ * size is a property of the type, the same on every rank. */
+static int is_float(MPI_Datatype dt) {
+    if (dt == MPI_FLOAT) return 1;
+    int size = 0;
+    if (dt != MPI_REAL && dt != MPI_REAL4) return 0;
+    return PMPI_Type_size(dt, &size) == MPI_SUCCESS && size == 4;
 }
 
 static int is_candidate(const dgc_config *cfg, MPI_Datatype dt, MPI_Op op, MPI_Count count) {
-    return cfg->enable && op == MPI_SUM && dt == MPI_FLOAT && count >= 0 &&
-           (uint64_t)count >= cfg->min_elements;
+    return cfg->enable && op == MPI_SUM && count >= 0 && (uint64_t)count >= cfg->min_elements && is_float(dt);
 }
 
-/* Intra-communicator size, or 0 for inter-communicators (whose all-reduce
- * semantics differ: always passed through). */
+/* Intra-communicator size, or 0 for what is passed through: inter-
+ * communicators (whose all-reduce semantics differ) and MPI_COMM_NULL, which
+ * MPI_Allreduce itself then reports as its own error. */
 static int intra_size(MPI_Comm comm) {
     int inter = 0, size = 0;
+    if (comm == MPI_COMM_NULL) return 0;
     if (PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter) return 0;
     PMPI_Comm_size(comm, &size);
     return size;
 }
 
-/* The compressed path's result, or PASS. */
-static int try_compressed(const void *sb, void *rb, MPI_Count count, MPI_Datatype dt, MPI_Op op,
-                          MPI_Comm comm) {
+/* Where a call reads its gradient and builds its sum. The engine needs
+ * float-aligned memory, and whether to compress must not depend on an
+ * address (ranks would decide differently), so a misaligned buffer is
+ * handled, not passed through: copied into the output when that is aligned,
+ * else into a bounce buffer of this call's own. */
+typedef struct {
+    const float *g;
+    float *work;
+    float *bounce;
+    void *out;
+    size_t bytes;
+} io_view;
+
+static int aligned(const void *p) { return (uintptr_t)p % _Alignof(float) == 0; }
+
+static int view_open(io_view *v, const void *sb, void *rb, uint64_t n) {
+    int inplace = sb == MPI_IN_PLACE;
+    const void *src = inplace ? rb : sb;
+    *v = (io_view){.out = rb, .bytes = (size_t)n * sizeof(float)};
+    if (aligned(rb)) {
+        v->work = rb;
+        if (!inplace && !aligned(sb)) memcpy(rb, sb, v->bytes);
+        v->g = inplace || !aligned(sb) ? rb : sb;
+        return 0;
+    }
+    v->bounce = dgc_pages_alloc(v->bytes);
+    if (!v->bounce) return -1;
+    v->work = v->bounce;
+    if (aligned(src)) {
+        v->g = src;
+    } else {
+        memcpy(v->bounce, src, v->bytes);
+        v->g = v->bounce;
+    }
+    return 0;
+}
+
+static void view_close(io_view *v, int ok) {
+    if (!v->bounce) return;
+    if (ok) memcpy(v->out, v->bounce, v->bytes);
+    dgc_pages_free(v->bounce, v->bytes);
+}
+
+/* Live states that keep growing mean fresh buffers every call: each starts
+ * from an empty residual and strands what it kept. Persistent buffers stop
+ * creating states after the first iteration, so creations outnumbering
+ * reuses after this many calls and states are the sign. */
+#define GROWTH_STATES 256
+#define GROWTH_CALLS 512
+
+static void warn_growth(dgc_comm *c, uint64_t count) {
+    if (c->growth_warned || c->live < GROWTH_STATES || c->calls < GROWTH_CALLS || 2 * c->created <= c->calls) return;
+    c->growth_warned = 1;
+    DGC_WARN("%llu buffer states live on one communicator (%llu created in %llu calls, the latest for %llu "
+             "elements): the program all-reduces into fresh buffers, so residuals do not carry over between "
+             "steps. All-reduce each gradient in place, or from and into buffers that persist (see the README, "
+             "'What the shim keeps'); states unused for DGC_STATE_IDLE_CALLS calls are freed",
+             (unsigned long long)c->live, (unsigned long long)c->created, (unsigned long long)c->calls,
+             (unsigned long long)count);
+}
+
+/* The buffer entry of this call, and how this rank takes part. */
+static int find_state(dgc_comm *c, const void *sb, const void *rb, const dgc_step_params *p, int nranks,
+                      const dgc_config *cfg, dgc_buffer **b) {
+    const void *key = sb == MPI_IN_PLACE ? NULL : sb;
+    *b = dgc_registry_find(c, key, rb, p->n);
+    dgc_registry_free_idle(c, cfg->state_idle_calls);
+    if (*b) return DGC_PART_STATE;
+    int momentum = cfg->momentum > 0;
+    size_t est = dgc_state_footprint(p->n, momentum, p->k) +
+                 dgc_wire_bytes(p->k) * (1 + (size_t)nranks * (momentum && cfg->compensate ? 2 : 1));
+    size_t budget = (size_t)cfg->max_state_mb << 20;
+    dgc_create_result r = dgc_registry_create(c, key, rb, p->n, momentum, est, budget, b);
+    if (r == DGC_OVER_BUDGET) {
+        DGC_WARN("a new %llu-element buffer would pass DGC_MAX_STATE_MB=%llu: summed densely on every rank "
+                 "(no state for it) until memory is freed", (unsigned long long)p->n,
+                 (unsigned long long)cfg->max_state_mb);
+        return DGC_PART_DENSE;
+    }
+    if (r == DGC_NO_MEMORY) {
+        DGC_ERROR("no memory for the state of a %llu-element buffer", (unsigned long long)p->n);
+        return DGC_PART_FAILED;
+    }
+    warn_growth(c, p->n);
+    return DGC_PART_STATE;
+}
+
+static int compressed(const void *sb, void *rb, uint64_t count, MPI_Comm comm, int nranks, const dgc_config *cfg) {
+    int rc;
+    dgc_comm *c = dgc_mpi_comm(comm, nranks, cfg, &rc);
+    if (!c) return dgc_mpi_fail(comm, rc);
+    uint64_t step;
+    if (dgc_registry_next_step(c, count, &step)) {
+        if (!c->table_full_warned++)
+            DGC_WARN("a communicator has all-reduced %d distinct float counts: new counts pass through",
+                     DGC_COUNTS_PER_COMM);
+        return DGC_MPI_PASS;
+    }
+    dgc_step_params p;
+    if (dgc_policy_plan(cfg, count, step, nranks, &p)) return DGC_MPI_PASS; /* too big for one all-gather */
+    io_view v;
+    dgc_buffer *b = NULL;
+    int local = DGC_PART_FAILED;
+    if (view_open(&v, sb, rb, count) == 0) local = find_state(c, sb, rb, &p, nranks, cfg, &b);
+    else DGC_ERROR("no memory for an aligned copy of a misaligned %llu-element buffer", (unsigned long long)count);
+    rc = dgc_mpi_exchange(c, b, local, v.g, v.work, &p, comm, cfg);
+    view_close(&v, rc == MPI_SUCCESS);
+    return rc;
+}
+
+int dgc_mpi_try_compressed(const void *sb, void *rb, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm) {
     const dgc_config *cfg = dgc_config_current();
     if (is_candidate(cfg, dt, op, count)) {
         int n = intra_size(comm);
-        if (dgc_policy_compressible(cfg, (uint64_t)count, n))
-            return compressed(sb, rb, (uint64_t)count, comm, n, cfg);
+        if (dgc_policy_compressible(cfg, (uint64_t)count, n)) return compressed(sb, rb, (uint64_t)count, comm, n, cfg);
     }
     if (cfg->stats) dgc_registry_count_passthrough();
-    return PASS;
+    return DGC_MPI_PASS;
 }
 
 int MPI_Allreduce(const void *sb, void *rb, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm) {
-    int rc = try_compressed(sb, rb, count, dt, op, comm);
-    return rc != PASS ? rc : PMPI_Allreduce(sb, rb, count, dt, op, comm);
+    int rc = dgc_mpi_try_compressed(sb, rb, count, dt, op, comm);
+    return rc != DGC_MPI_PASS ? rc : PMPI_Allreduce(sb, rb, count, dt, op, comm);
 }
 
 #if MPI_VERSION >= 4
 int MPI_Allreduce_c(const void *sb, void *rb, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm) {
-    int rc = try_compressed(sb, rb, count, dt, op, comm);
-    return rc != PASS ? rc : PMPI_Allreduce_c(sb, rb, count, dt, op, comm);
+    int rc = dgc_mpi_try_compressed(sb, rb, count, dt, op, comm);
+    return rc != DGC_MPI_PASS ? rc : PMPI_Allreduce_c(sb, rb, count, dt, op, comm);
 }
 #endif

@@ -1,6 +1,8 @@
-/* MPI life cycle: read and validate the configuration at MPI_Init, check it
- * agrees across ranks, print the banner; report statistics at MPI_Finalize;
- * forget a communicator's state when it is freed. */
+/* MPI life cycle: read and validate the configuration once MPI is
+ * initialised, check it agrees across ranks, print the banner; report
+ * statistics and free every state when MPI_Finalize runs (through an
+ * attribute on MPI_COMM_SELF, mpi_comm.c, so that Fortran's MPI_FINALIZE,
+ * which calls PMPI_Finalize directly, is covered too). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -13,27 +15,44 @@
 
 static const char *env_lookup(const char *name) { return getenv(name); }
 
+/* A spawned job's number, so that its log lines differ from its parent's
+ * (both have a rank 0). Open MPI numbers jobs in the low 16 bits of the job
+ * id, 1 being the job mpirun started; other MPIs: -1, printed "spawned". */
+static int spawned_job(void) {
+    MPI_Comm parent = MPI_COMM_NULL;
+    PMPI_Comm_get_parent(&parent);
+    if (parent == MPI_COMM_NULL) return 0;
+    const char *id = getenv("OMPI_MCA_ess_base_jobid");
+    char *end = NULL;
+    unsigned long long v = id ? strtoull(id, &end, 10) : 0;
+    return id && end != id && *end == '\0' && (v & 0xffff) ? (int)(v & 0xffff) : -1;
+}
+
 /* Parses the environment, agrees on it with every rank of MPI_COMM_WORLD and
  * installs it; a bad or inconsistent environment stops the job here. */
-static void setup(void) {
+void dgc_mpi_setup(void) {
+    if (dgc_registry_hook(DGC_HOOK_SELF_KEY) != -1) return; /* already done: C and Fortran both init'ed */
     int rank = 0;
     PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
     dgc_config_set_rank(rank);
+    dgc_config_set_job(spawned_job());
     dgc_config cfg;
     char err[256];
     int failed = dgc_config_parse(&cfg, env_lookup, err, sizeof err) != 0;
-    if (failed) {
-        dgc_config_install(&cfg); /* defaults, so the log level is sane */
-        DGC_ERROR("%s", err);
-    }
-    if (dgc_mpi_config_agrees(MPI_COMM_WORLD, &cfg, failed) != 0) {
-        DGC_ERROR("stopping: fix the DGC_* environment (see the README's configuration table)");
+    dgc_config quiet = cfg;
+    quiet.enable = 0; /* log level now, compression only once every rank agreed */
+    dgc_config_install(&quiet);
+    if (failed) DGC_ERROR("%s", err);
+    int agree = dgc_mpi_lifetime_init(&cfg, failed ? DGC_LOCAL_PARSE_FAILED : 0);
+    if (agree != DGC_AGREE_OK) {
+        DGC_ERROR("stopping: %s", agree == DGC_AGREE_NO_MEMORY ? "no memory for the shim's start-up"
+                                                             : "fix the DGC_* environment (see the README's "
+                                                               "configuration table)");
         PMPI_Abort(MPI_COMM_WORLD, 1);
     }
-    dgc_registry_comm_checked(dgc_mpi_comm_key(MPI_COMM_WORLD));
     dgc_config_install(&cfg);
     if (rank == 0) {
-        char line[768];
+        char line[1024];
         dgc_config_describe(&cfg, line, sizeof line);
         DGC_INFO("dgcshim active (host engine: %s): %s", dgc_stream_variant_name(), line);
     }
@@ -41,13 +60,13 @@ static void setup(void) {
 
 int MPI_Init(int *argc, char ***argv) {
     int rc = PMPI_Init(argc, argv);
-    if (rc == MPI_SUCCESS) setup();
+    if (rc == MPI_SUCCESS) dgc_mpi_setup();
     return rc;
 }
 
 int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
     int rc = PMPI_Init_thread(argc, argv, required, provided);
-    if (rc == MPI_SUCCESS) setup();
+    if (rc == MPI_SUCCESS) dgc_mpi_setup();
     return rc;
 }
 
@@ -66,19 +85,30 @@ static void report(void) {
     dgc_log_tagged("STATS", "%s", row);
     dgc_buffer_stats total = {0};
     dgc_registry_each(print_row, &total);
+    dgc_registry_totals t;
+    dgc_registry_totals_get(&t);
+    if (t.released_states) {
+        char label[32];
+        snprintf(label, sizeof label, "released(%llu)", (unsigned long long)t.released_states);
+        dgc_stats_row(label, 0, &t.released, row, sizeof row);
+        dgc_log_tagged("STATS", "%s", row);
+        dgc_stats_add(&total, &t.released);
+    }
     dgc_stats_row("total", 0, &total, row, sizeof row);
     dgc_log_tagged("STATS", "%s", row);
-    dgc_log_tagged("STATS", "pass-through calls %llu, compressed calls %llu",
-                   (unsigned long long)dgc_registry_passthrough_calls(), (unsigned long long)total.calls);
+    dgc_log_tagged("STATS", "pass-through calls %llu, compressed calls %llu, summed densely over budget %llu, "
+                   "failed for memory %llu", (unsigned long long)t.passthrough, (unsigned long long)total.calls,
+                   (unsigned long long)t.over_budget, (unsigned long long)t.failed);
+    dgc_log_tagged("STATS", "memory: %llu bytes in %llu live states (released %llu), peak %llu bytes",
+                   (unsigned long long)t.bytes, (unsigned long long)t.live_states,
+                   (unsigned long long)t.released_states, (unsigned long long)t.peak_bytes);
 }
 
-int MPI_Finalize(void) {
-    if (dgc_config_current()->stats && dgc_config_rank() == 0) report();
+void dgc_mpi_finalizing(void) {
+    const dgc_config *cfg = dgc_config_current();
+    if (cfg->stats && dgc_config_rank() == 0) report();
+    dgc_config off = *cfg;
+    off.enable = 0;
+    dgc_config_install(&off);
     dgc_registry_clear();
-    return PMPI_Finalize();
-}
-
-int MPI_Comm_free(MPI_Comm *comm) {
-    dgc_registry_drop_comm(dgc_mpi_comm_key(*comm));
-    return PMPI_Comm_free(comm);
 }

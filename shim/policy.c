@@ -16,6 +16,7 @@ int dgc_policy_plan(const dgc_config *cfg, uint64_t count, uint64_t step, int nr
     uint64_t words = dgc_wire_bytes(k) / 8;
     if (words > (uint64_t)INT_MAX || words * (uint64_t)nranks > (uint64_t)INT_MAX) return -1;
     *out = (dgc_step_params){
+        .n = count,
         .step = step,
         .k = k,
         .momentum = (float)cfg->momentum,

@@ -1,5 +1,5 @@
-/* Arrays searched linearly: a job has tens of gradient buffers at most, and a
- * lookup is nothing next to compressing one of them. */
+/* Arrays searched linearly: a job has tens of gradient buffers and a handful
+ * of communicators, and a lookup is nothing next to compressing a buffer. */
 #include "registry.h"
 
 #include <pthread.h>
@@ -7,22 +7,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    uint64_t comm, count, next;
-} step_counter;
+#include "pages.h"
 
 typedef struct {
-    uint64_t comm;
-} checked_comm;
+    uint64_t count, next;
+} step_counter;
+
+struct dgc_comm_counters {
+    size_t len;
+    step_counter at[DGC_COUNTS_PER_COMM];
+};
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static dgc_buffer **buffers;
 static size_t nbuffers, buffers_cap;
-static step_counter *counters;
-static size_t ncounters, counters_cap;
-static checked_comm *checked;
-static size_t nchecked, checked_cap;
-static _Atomic uint64_t passthrough;
+static dgc_comm **comms;
+static size_t ncomms, comms_cap;
+static uint64_t next_comm_id = 1;
+static dgc_registry_totals totals;
+static _Atomic uint64_t passthrough, over_budget, failed;
+static int hooks[DGC_HOOK_COUNT] = {-1, -1};
 
 static int grow(void **arr, size_t *cap, size_t want, size_t elem) {
     if (want <= *cap) return 0;
@@ -35,53 +39,231 @@ static int grow(void **arr, size_t *cap, size_t want, size_t elem) {
     return 0;
 }
 
-static dgc_buffer *find_buffer(uint64_t comm, const void *buf, uint64_t count) {
-    for (size_t i = 0; i < nbuffers; i++) {
-        dgc_buffer *b = buffers[i];
-        if (b->comm == comm && b->buf == buf && b->count == count) return b;
+/* ---- memory accounting (under the lock) ---- */
+
+static void add_bytes(size_t add, size_t sub) {
+    totals.bytes = totals.bytes + add - sub;
+    if (totals.bytes > totals.peak_bytes) totals.peak_bytes = totals.bytes;
+}
+
+static size_t reserve_bytes_of(const dgc_comm *c) {
+    return dgc_pages_footprint(c->head * ((size_t)c->nranks + 1)) + sizeof *c + sizeof *c->counters;
+}
+
+static size_t buffer_bytes(const dgc_buffer *b) {
+    return sizeof *b + (b->state ? dgc_state_bytes(b->state) : 0) + dgc_pages_footprint(b->payload_cap) +
+           dgc_pages_footprint(b->gathered_cap) + dgc_pages_footprint(b->prev_cap);
+}
+
+/* ---- communicators ---- */
+
+dgc_comm *dgc_registry_comm_open(int nranks, size_t head) {
+    dgc_comm *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->nranks = nranks;
+    c->head = head;
+    c->counters = calloc(1, sizeof *c->counters);
+    c->reserve = dgc_pages_alloc(head * ((size_t)nranks + 1));
+    pthread_mutex_lock(&lock);
+    int ok = c->counters && c->reserve && grow((void **)&comms, &comms_cap, ncomms + 1, sizeof *comms) == 0;
+    if (ok) {
+        c->id = next_comm_id++;
+        comms[ncomms++] = c;
+        add_bytes(reserve_bytes_of(c), 0);
     }
+    pthread_mutex_unlock(&lock);
+    if (ok) return c;
+    free(c->counters);
+    dgc_pages_free(c->reserve, head * ((size_t)nranks + 1));
+    free(c);
     return NULL;
 }
 
-static dgc_buffer *new_buffer(uint64_t comm, const void *buf, uint64_t count, int with_momentum) {
-    if (grow((void **)&buffers, &buffers_cap, nbuffers + 1, sizeof *buffers)) return NULL;
+static dgc_comm *find_comm(uint64_t id) {
+    for (size_t i = 0; i < ncomms; i++)
+        if (comms[i]->id == id) return comms[i];
+    return NULL;
+}
+
+dgc_comm *dgc_registry_comm_find(uint64_t id) {
+    pthread_mutex_lock(&lock);
+    dgc_comm *c = find_comm(id);
+    pthread_mutex_unlock(&lock);
+    return c;
+}
+
+/* Under the lock: frees an entry, keeping its statistics in the totals. */
+static void release_buffer(dgc_buffer *b) {
+    dgc_stats_add(&totals.released, &b->stats);
+    totals.released_states++;
+    totals.live_states--;
+    add_bytes(0, b->bytes);
+    dgc_state_destroy(b->state);
+    dgc_pages_free(b->payload, b->payload_cap);
+    dgc_pages_free(b->gathered, b->gathered_cap);
+    dgc_pages_free(b->prev, b->prev_cap);
+    free(b);
+}
+
+/* Under the lock: frees the entries of comm id for which drop says so. */
+static uint64_t release_where(uint64_t id, int (*drop)(const dgc_buffer *b, const void *ctx), const void *ctx) {
+    size_t w = 0;
+    uint64_t freed = 0;
+    for (size_t i = 0; i < nbuffers; i++) {
+        dgc_buffer *b = buffers[i];
+        if (b->comm == id && drop(b, ctx)) {
+            release_buffer(b);
+            freed++;
+        } else {
+            buffers[w++] = b;
+        }
+    }
+    nbuffers = w;
+    return freed;
+}
+
+static int always(const dgc_buffer *b, const void *ctx) {
+    (void)b, (void)ctx;
+    return 1;
+}
+
+static void free_comm(dgc_comm *c) {
+    add_bytes(0, reserve_bytes_of(c));
+    dgc_pages_free(c->reserve, c->head * ((size_t)c->nranks + 1));
+    free(c->counters);
+    free(c);
+}
+
+void dgc_registry_comm_close(uint64_t id) {
+    pthread_mutex_lock(&lock);
+    dgc_comm *c = find_comm(id);
+    if (c) {
+        release_where(id, always, NULL);
+        size_t w = 0;
+        for (size_t i = 0; i < ncomms; i++)
+            if (comms[i] != c) comms[w++] = comms[i];
+        ncomms = w;
+        free_comm(c);
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* ---- steps (the communicator's own: no lock needed) ---- */
+
+static step_counter *counter_of(dgc_comm *c, uint64_t count) {
+    dgc_comm_counters *t = c->counters;
+    for (size_t i = 0; i < t->len; i++)
+        if (t->at[i].count == count) return &t->at[i];
+    return NULL;
+}
+
+int dgc_registry_next_step(dgc_comm *c, uint64_t count, uint64_t *step) {
+    step_counter *s = counter_of(c, count);
+    if (!s) {
+        if (c->counters->len == DGC_COUNTS_PER_COMM) return -1;
+        s = &c->counters->at[c->counters->len++];
+        *s = (step_counter){count, 0};
+    }
+    *step = s->next++;
+    c->calls++;
+    return 0;
+}
+
+void dgc_registry_undo_step(dgc_comm *c, uint64_t count) {
+    step_counter *s = counter_of(c, count);
+    if (s && s->next) s->next--;
+    if (c->calls) c->calls--;
+}
+
+/* ---- buffers ---- */
+
+static int idle(const dgc_buffer *b, const void *ctx) {
+    const uint64_t *limit = ctx; /* {calls now, idle calls} */
+    return limit[0] - b->last_call > limit[1];
+}
+
+uint64_t dgc_registry_free_idle(dgc_comm *c, uint64_t idle_calls) {
+    if (idle_calls == 0 || c->calls <= idle_calls) return 0;
+    uint64_t limit[2] = {c->calls, idle_calls};
+    pthread_mutex_lock(&lock);
+    uint64_t freed = release_where(c->id, idle, limit);
+    c->live -= freed;
+    pthread_mutex_unlock(&lock);
+    return freed;
+}
+
+dgc_buffer *dgc_registry_find(dgc_comm *c, const void *send, const void *buf, uint64_t count) {
+    dgc_buffer *found = NULL;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < nbuffers && !found; i++) {
+        dgc_buffer *b = buffers[i];
+        if (b->comm == c->id && b->send == send && b->buf == buf && b->count == count) found = b;
+    }
+    pthread_mutex_unlock(&lock);
+    if (found) found->last_call = c->calls;
+    return found;
+}
+
+dgc_create_result dgc_registry_create(dgc_comm *c, const void *send, const void *buf, uint64_t count,
+                                      int with_momentum, size_t estimate, size_t budget, dgc_buffer **out) {
+    *out = NULL;
+    pthread_mutex_lock(&lock);
+    size_t held = totals.bytes;
+    pthread_mutex_unlock(&lock);
+    if (budget && held + estimate > budget) return DGC_OVER_BUDGET;
     dgc_buffer *b = calloc(1, sizeof *b);
-    if (!b) return NULL;
+    if (!b) return DGC_NO_MEMORY;
     b->state = dgc_state_create(count, with_momentum);
     if (!b->state) {
         free(b);
-        return NULL;
+        return DGC_NO_MEMORY;
     }
-    b->comm = comm;
+    b->comm = c->id;
+    b->send = send;
     b->buf = buf;
     b->count = count;
-    buffers[nbuffers++] = b;
-    return b;
-}
-
-dgc_buffer *dgc_registry_buffer(uint64_t comm, const void *buf, uint64_t count, int with_momentum) {
+    b->last_call = c->calls;
+    b->bytes = buffer_bytes(b);
     pthread_mutex_lock(&lock);
-    dgc_buffer *b = find_buffer(comm, buf, count);
-    if (!b) b = new_buffer(comm, buf, count, with_momentum);
+    int ok = grow((void **)&buffers, &buffers_cap, nbuffers + 1, sizeof *buffers) == 0;
+    if (ok) {
+        buffers[nbuffers++] = b;
+        add_bytes(b->bytes, 0);
+        totals.live_states++;
+        c->live++;
+        c->created++;
+    }
     pthread_mutex_unlock(&lock);
-    return b;
+    if (!ok) {
+        dgc_state_destroy(b->state);
+        free(b);
+        return DGC_NO_MEMORY;
+    }
+    *out = b;
+    return DGC_CREATED;
 }
 
-static int reserve_bytes(void **p, size_t *cap, size_t want) {
-    if (*cap >= want) return 0;
-    void *q = realloc(*p, want);
-    if (!q) return -1;
-    *p = q;
+/* Makes *p hold want bytes, contents not kept. Room beyond twice the need
+ * (and beyond 64 KiB) is given back: warm-up's payloads are hundreds of
+ * times the steady state's. */
+static int fit(void **p, size_t *cap, size_t want) {
+    int shrink = *cap > 2 * want && *cap - want > ((size_t)64 << 10);
+    if (*cap >= want && !shrink) return 0;
+    dgc_pages_free(*p, *cap);
+    *cap = 0;
+    *p = dgc_pages_alloc(want);
+    if (!*p) return -1;
     *cap = want;
     return 0;
 }
 
 int dgc_registry_reserve(dgc_buffer *b, size_t bytes, int nranks) {
-    if (reserve_bytes(&b->send, &b->send_cap, bytes)) return -1;
-    return reserve_bytes(&b->gathered, &b->gathered_cap, bytes * (size_t)nranks);
+    int rc = fit(&b->payload, &b->payload_cap, bytes) || fit(&b->gathered, &b->gathered_cap, bytes * (size_t)nranks);
+    dgc_registry_account(b);
+    return rc ? -1 : 0;
 }
 
-void dgc_registry_keep_gathered(dgc_buffer *b, uint64_t k) {
+void dgc_registry_keep_gathered(dgc_buffer *b, uint64_t k, int nranks) {
     void *p = b->prev;
     size_t cap = b->prev_cap;
     b->prev = b->gathered;
@@ -89,63 +271,14 @@ void dgc_registry_keep_gathered(dgc_buffer *b, uint64_t k) {
     b->gathered = p;
     b->gathered_cap = cap;
     b->prev_k = k;
+    b->prev_nranks = nranks;
 }
 
-int dgc_registry_next_step(uint64_t comm, uint64_t count, uint64_t *step) {
-    int rc = 0;
+void dgc_registry_account(dgc_buffer *b) {
+    size_t now = buffer_bytes(b);
     pthread_mutex_lock(&lock);
-    size_t i = 0;
-    while (i < ncounters && !(counters[i].comm == comm && counters[i].count == count)) i++;
-    if (i < ncounters) {
-        *step = counters[i].next++;
-    } else if (grow((void **)&counters, &counters_cap, ncounters + 1, sizeof *counters) == 0) {
-        counters[ncounters++] = (step_counter){comm, count, 1};
-        *step = 0;
-    } else {
-        rc = -1;
-    }
-    pthread_mutex_unlock(&lock);
-    return rc;
-}
-
-int dgc_registry_comm_checked(uint64_t comm) {
-    pthread_mutex_lock(&lock);
-    int seen = 0;
-    for (size_t i = 0; i < nchecked && !seen; i++) seen = checked[i].comm == comm;
-    if (!seen) {
-        if (grow((void **)&checked, &checked_cap, nchecked + 1, sizeof *checked) == 0)
-            checked[nchecked++] = (checked_comm){comm};
-        else
-            seen = -1;
-    }
-    pthread_mutex_unlock(&lock);
-    return seen;
-}
-
-static void free_buffer(dgc_buffer *b) {
-    dgc_state_destroy(b->state);
-    free(b->send);
-    free(b->gathered);
-    free(b->prev);
-    free(b);
-}
-
-void dgc_registry_drop_comm(uint64_t comm) {
-    pthread_mutex_lock(&lock);
-    size_t w = 0;
-    for (size_t i = 0; i < nbuffers; i++) {
-        if (buffers[i]->comm == comm) free_buffer(buffers[i]);
-        else buffers[w++] = buffers[i];
-    }
-    nbuffers = w;
-    w = 0;
-    for (size_t i = 0; i < ncounters; i++)
-        if (counters[i].comm != comm) counters[w++] = counters[i];
-    ncounters = w;
-    w = 0;
-    for (size_t i = 0; i < nchecked; i++)
-        if (checked[i].comm != comm) checked[w++] = checked[i];
-    nchecked = w;
+    add_bytes(now, b->bytes);
+    b->bytes = now;
     pthread_mutex_unlock(&lock);
 }
 
@@ -155,23 +288,42 @@ void dgc_registry_each(void (*fn)(const dgc_buffer *b, void *ctx), void *ctx) {
     pthread_mutex_unlock(&lock);
 }
 
-void dgc_registry_count_passthrough(void) {
-    atomic_fetch_add_explicit(&passthrough, 1, memory_order_relaxed);
+/* ---- totals ---- */
+
+void dgc_registry_totals_get(dgc_registry_totals *t) {
+    pthread_mutex_lock(&lock);
+    *t = totals;
+    pthread_mutex_unlock(&lock);
+    t->passthrough = atomic_load_explicit(&passthrough, memory_order_relaxed);
+    t->over_budget = atomic_load_explicit(&over_budget, memory_order_relaxed);
+    t->failed = atomic_load_explicit(&failed, memory_order_relaxed);
 }
 
-uint64_t dgc_registry_passthrough_calls(void) {
-    return atomic_load_explicit(&passthrough, memory_order_relaxed);
+void dgc_registry_count_passthrough(void) { atomic_fetch_add_explicit(&passthrough, 1, memory_order_relaxed); }
+void dgc_registry_count_over_budget(void) { atomic_fetch_add_explicit(&over_budget, 1, memory_order_relaxed); }
+void dgc_registry_count_failed(void) { atomic_fetch_add_explicit(&failed, 1, memory_order_relaxed); }
+
+int dgc_registry_hook(int which) {
+    pthread_mutex_lock(&lock);
+    int v = hooks[which];
+    pthread_mutex_unlock(&lock);
+    return v;
+}
+
+void dgc_registry_set_hook(int which, int value) {
+    pthread_mutex_lock(&lock);
+    hooks[which] = value;
+    pthread_mutex_unlock(&lock);
 }
 
 void dgc_registry_clear(void) {
     pthread_mutex_lock(&lock);
-    for (size_t i = 0; i < nbuffers; i++) free_buffer(buffers[i]);
+    for (size_t i = 0; i < nbuffers; i++) release_buffer(buffers[i]);
+    for (size_t i = 0; i < ncomms; i++) free_comm(comms[i]);
     free(buffers);
-    free(counters);
-    free(checked);
+    free(comms);
     buffers = NULL;
-    counters = NULL;
-    checked = NULL;
-    nbuffers = buffers_cap = ncounters = counters_cap = nchecked = checked_cap = 0;
+    comms = NULL;
+    nbuffers = buffers_cap = ncomms = comms_cap = 0;
     pthread_mutex_unlock(&lock);
 }

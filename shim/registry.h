@@ -1,9 +1,18 @@
-/* The buffer-state registry: per (communicator, buffer, count) DGC state and
- * statistics, per (communicator, count) step counters, and per-communicator
- * flags. The only module besides config that holds process-wide mutable state.
+/* The buffer-state registry: per-communicator records (step counters, the
+ * configuration check's outcome, memory reserved for a rank that cannot take
+ * part otherwise) and per-buffer DGC state and statistics. With config, the
+ * only module that holds process-wide mutable state.
  *
- * Lookups take a mutex; pass-through calls never come here. An entry handed
- * out stays valid until its communicator is dropped or the registry cleared. */
+ * A communicator is known by an id the registry hands out, unique for the
+ * life of the process: the front end ties the id to the communicator's own
+ * life (an MPI attribute whose delete callback closes it), so a handle that
+ * MPI reuses for a new communicator can never find the old one's state.
+ *
+ * Lookups take a mutex; pass-through calls never come here. A record or
+ * entry handed out stays valid until its communicator is closed, the entry
+ * is freed as idle by a call on the same communicator, or the registry is
+ * cleared. MPI forbids concurrent collectives on one communicator, so a
+ * thread never sees its entries freed under it. */
 #ifndef DGCSHIM_REGISTRY_H
 #define DGCSHIM_REGISTRY_H
 
@@ -13,52 +22,120 @@
 #include "dgcshim/engine.h"
 #include "dgcshim/stats.h"
 
+/* The configuration check of a communicator. */
+enum { DGC_CHECK_PENDING = 0, DGC_CHECK_PASSED = 1, DGC_CHECK_FAILED = -1 };
+
+typedef struct dgc_comm_counters dgc_comm_counters;
+
 typedef struct {
-    uint64_t comm;   /* the front end's key for the communicator */
-    const void *buf; /* the output buffer: where the gradient comes back */
+    uint64_t id;
+    int nranks;
+    int check;           /* DGC_CHECK_*; FAILED stays failed */
+    int check_reported;  /* the failed check was logged on a later call */
+    uint64_t calls;      /* compressed calls so far: the same count on every rank */
+    size_t head;         /* bytes of each payload exchanged first (a multiple of 8) */
+    void *reserve;       /* head bytes to send + nranks * head to receive, reserved ahead */
+    uint64_t live, created; /* buffer states on it now, and ever */
+    int growth_warned;
+    int table_full_warned;
+    dgc_comm_counters *counters;
+} dgc_comm;
+
+typedef struct {
+    uint64_t comm;    /* the id of its communicator */
+    const void *send; /* the call's send buffer; NULL for in place */
+    const void *buf;  /* the output buffer: where the gradient comes back */
     uint64_t count;
+    uint64_t last_call; /* the communicator's call count at its latest use */
     dgc_state *state;
-    void *send;      /* this rank's payload */
-    void *gathered;  /* every rank's payload */
-    size_t send_cap, gathered_cap;
-    void *prev;      /* the last decoded step's gathered payloads (momentum compensation) */
+    void *payload;    /* this rank's payload */
+    void *gathered;   /* every rank's payload */
+    size_t payload_cap, gathered_cap;
+    void *prev;       /* the last decoded step's gathered payloads (momentum compensation) */
     size_t prev_cap;
-    uint64_t prev_k; /* their k; 0 when there is no previous step */
+    uint64_t prev_k;  /* their k; 0 when there is no previous step */
+    int prev_nranks;  /* how many payloads they hold */
+    size_t bytes;     /* memory held, as last accounted */
     dgc_buffer_stats stats;
 } dgc_buffer;
 
-/* The entry for (comm, buf, count), created with fresh state on first sight.
- * NULL when memory is short. */
-dgc_buffer *dgc_registry_buffer(uint64_t comm, const void *buf, uint64_t count, int with_momentum);
+/* Step counters per communicator: distinct element counts it can track. A
+ * count beyond them passes through (the same on every rank: the counts
+ * arrive in the same order everywhere). */
+#define DGC_COUNTS_PER_COMM 4096
 
-/* Makes the entry's payload buffers hold at least bytes and nranks * bytes. */
+/* Opens a record for a communicator of nranks ranks whose payloads start
+ * with head bytes exchanged on their own; reserves the memory a failing rank
+ * needs. NULL when memory is short. */
+dgc_comm *dgc_registry_comm_open(int nranks, size_t head);
+
+/* The open record with this id, or NULL. */
+dgc_comm *dgc_registry_comm_find(uint64_t id);
+
+/* Frees the record and every buffer state on it; their statistics are kept
+ * in the totals. Unknown ids are ignored. */
+void dgc_registry_comm_close(uint64_t id);
+
+/* The step of this call: how many calls on (comm, count) came before it; a
+ * function of the call sequence alone, hence identical on every rank.
+ * Returns -1 when the communicator already tracks DGC_COUNTS_PER_COMM other
+ * counts (the call must pass through). Counts the call in c->calls. */
+int dgc_registry_next_step(dgc_comm *c, uint64_t count, uint64_t *step);
+
+/* Takes back the step next_step gave, for a call that failed on every rank. */
+void dgc_registry_undo_step(dgc_comm *c, uint64_t count);
+
+/* Frees the states on c unused for more than idle_calls of its calls (0:
+ * never). Returns how many were freed. */
+uint64_t dgc_registry_free_idle(dgc_comm *c, uint64_t idle_calls);
+
+/* The entry for (send, buf, count) on c, or NULL. */
+dgc_buffer *dgc_registry_find(dgc_comm *c, const void *send, const void *buf, uint64_t count);
+
+typedef enum { DGC_CREATED = 0, DGC_OVER_BUDGET = 1, DGC_NO_MEMORY = -1 } dgc_create_result;
+
+/* Creates the entry with fresh state, unless the process's state memory plus
+ * estimate bytes would pass budget bytes (0: no budget). */
+dgc_create_result dgc_registry_create(dgc_comm *c, const void *send, const void *buf, uint64_t count,
+                                      int with_momentum, size_t estimate, size_t budget, dgc_buffer **out);
+
+/* Makes the entry's payload buffers hold bytes and nranks * bytes, and gives
+ * back room far beyond that (after warm-up). */
 int dgc_registry_reserve(dgc_buffer *b, size_t bytes, int nranks);
 
-/* Keeps this step's gathered payloads (k slots each) as the previous step's:
- * swaps gathered and prev, so no copy. */
-void dgc_registry_keep_gathered(dgc_buffer *b, uint64_t k);
+/* Keeps this step's gathered payloads (k slots each, nranks of them) as the
+ * previous step's: swaps gathered and prev, so no copy. */
+void dgc_registry_keep_gathered(dgc_buffer *b, uint64_t k, int nranks);
 
-/* The step of this call: how many calls on (comm, count) came before it.
- * A function of the call sequence alone, hence identical on every rank.
- * Returns -1 when memory is short (the caller must fail the call: guessing a
- * step would let ranks disagree). */
-int dgc_registry_next_step(uint64_t comm, uint64_t count, uint64_t *step);
+/* Re-reads the memory an entry holds into the totals. */
+void dgc_registry_account(dgc_buffer *b);
 
-/* 1 when the configuration check already ran on comm, else 0 and marks it as
- * run; -1 when memory is short. */
-int dgc_registry_comm_checked(uint64_t comm);
-
-/* Forgets everything about comm (its handle may be reused after it is freed). */
-void dgc_registry_drop_comm(uint64_t comm);
-
-/* Calls fn for every buffer entry, in creation order. */
+/* Calls fn for every live buffer entry, in creation order. */
 void dgc_registry_each(void (*fn)(const dgc_buffer *b, void *ctx), void *ctx);
 
-/* Pass-through calls, counted only when statistics are on. */
-void dgc_registry_count_passthrough(void);
-uint64_t dgc_registry_passthrough_calls(void);
+/* Process-wide figures for the statistics report. */
+typedef struct {
+    dgc_buffer_stats released; /* of states freed before now (idle or communicator freed) */
+    uint64_t released_states;
+    uint64_t live_states;
+    size_t bytes, peak_bytes;  /* memory held by states and exchange buffers (reserves included) */
+    uint64_t passthrough;      /* pass-through calls, counted only when statistics are on */
+    uint64_t over_budget;      /* calls summed densely because some rank was over its budget */
+    uint64_t failed;           /* calls that failed on every rank for want of memory somewhere */
+} dgc_registry_totals;
 
-/* Frees every entry. */
+void dgc_registry_totals_get(dgc_registry_totals *t);
+void dgc_registry_count_passthrough(void);
+void dgc_registry_count_over_budget(void);
+void dgc_registry_count_failed(void);
+
+/* Two ints the front end keeps for the life of the process (its MPI
+ * attribute keyvals); -1 until set. */
+enum { DGC_HOOK_COMM_KEY, DGC_HOOK_SELF_KEY, DGC_HOOK_COUNT };
+int dgc_registry_hook(int which);
+void dgc_registry_set_hook(int which, int value);
+
+/* Frees every record and entry (statistics totals are kept). */
 void dgc_registry_clear(void);
 
 #endif

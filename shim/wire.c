@@ -22,23 +22,37 @@ static const char *payload_at(const void *gathered, int rank, uint64_t k) {
     return (const char *)gathered + (size_t)rank * dgc_wire_bytes(k);
 }
 
+#define KNOWN_FLAGS (DGC_WIRE_NONFINITE | DGC_WIRE_FAILED | DGC_WIRE_DENSE)
+
+/* Returns 0 when the header at p is sound for (step, n, k), else writes why
+ * into err. flags_ok: the flags this use accepts. */
+static int check_header(const char *p, int rank, uint64_t step, uint64_t n, uint64_t k, uint32_t flags_ok,
+                        dgc_wire_header *h, char *err, size_t errlen) {
+    memcpy(h, p, sizeof *h);
+    if (h->magic != DGC_WIRE_MAGIC || (h->flags & ~KNOWN_FLAGS) != 0) {
+        snprintf(err, errlen, "payload from rank %d is not a dgcshim payload (magic 0x%08x flags 0x%x)",
+                 rank, h->magic, h->flags);
+        return -1;
+    }
+    if ((h->flags & ~flags_ok) != 0 || ((h->flags & DGC_WIRE_FAILED) && (h->flags & DGC_WIRE_DENSE))) {
+        snprintf(err, errlen, "payload from rank %d carries flags 0x%x where they cannot be", rank, h->flags);
+        return -1;
+    }
+    if (h->step != step || h->n != n || h->k != k) {
+        snprintf(err, errlen,
+                 "payload from rank %d disagrees: step %llu n %llu k %llu, expected step %llu n %llu k %llu",
+                 rank, (unsigned long long)h->step, (unsigned long long)h->n, (unsigned long long)h->k,
+                 (unsigned long long)step, (unsigned long long)n, (unsigned long long)k);
+        return -1;
+    }
+    return 0;
+}
+
 /* Returns 0 when rank's payload is sound, else writes why into err. */
 static int check_payload(const char *p, int rank, uint64_t step, uint64_t n, uint64_t k, char *err,
                          size_t errlen) {
     dgc_wire_header h;
-    memcpy(&h, p, sizeof h);
-    if (h.magic != DGC_WIRE_MAGIC || (h.flags & ~DGC_WIRE_NONFINITE) != 0) {
-        snprintf(err, errlen, "payload from rank %d is not a dgcshim payload (magic 0x%08x flags 0x%x)",
-                 rank, h.magic, h.flags);
-        return -1;
-    }
-    if (h.step != step || h.n != n || h.k != k) {
-        snprintf(err, errlen,
-                 "payload from rank %d disagrees: step %llu n %llu k %llu, expected step %llu n %llu k %llu",
-                 rank, (unsigned long long)h.step, (unsigned long long)h.n, (unsigned long long)h.k,
-                 (unsigned long long)step, (unsigned long long)n, (unsigned long long)k);
-        return -1;
-    }
+    if (check_header(p, rank, step, n, k, DGC_WIRE_NONFINITE, &h, err, errlen)) return -1;
     const uint32_t *idx = (const uint32_t *)(p + sizeof h);
     for (uint64_t j = 0; j < k; j++) {
         if (idx[j] >= n) {
@@ -48,6 +62,28 @@ static int check_payload(const char *p, int rank, uint64_t step, uint64_t n, uin
         }
     }
     return 0;
+}
+
+dgc_decode_result dgc_wire_scan(const void *base, size_t stride, int nranks, uint64_t step, uint64_t n,
+                                uint64_t k, dgc_wire_summary *sum, char *err, size_t errlen) {
+    *sum = (dgc_wire_summary){0, -1, 0, 0};
+    for (int r = 0; r < nranks; r++) {
+        dgc_wire_header h;
+        if (check_header((const char *)base + (size_t)r * stride, r, step, n, k, KNOWN_FLAGS, &h, err, errlen))
+            return DGC_DECODE_BAD;
+        if (h.flags & DGC_WIRE_FAILED) {
+            if (sum->first_failed < 0) sum->first_failed = r;
+            sum->failed++;
+        }
+        sum->dense += (h.flags & DGC_WIRE_DENSE) != 0;
+        sum->nonfinite += (h.flags & DGC_WIRE_NONFINITE) != 0;
+    }
+    return DGC_DECODE_OK;
+}
+
+void dgc_wire_flag_only(void *payload, uint32_t flags, uint64_t step, uint64_t n, uint64_t k) {
+    dgc_wire_header h = {DGC_WIRE_MAGIC, flags, step, n, k};
+    memcpy(payload, &h, sizeof h);
 }
 
 static int any_nonfinite(const void *gathered, int nranks, uint64_t k) {
@@ -70,6 +106,10 @@ static void add_pairs(const char *p, uint64_t k, float scale, float *out) {
         if (j + PREFETCH_AHEAD < k) __builtin_prefetch(out + idx[j + PREFETCH_AHEAD], 1);
         out[idx[j]] += scale * val[j]; /* 1.0f * x is x, bit for bit */
     }
+}
+
+void dgc_wire_add_own(const void *payload, uint64_t k, float *out) {
+    add_pairs(payload, k, 1.0f, out);
 }
 
 void dgc_wire_subtract(const void *gathered, int nranks, uint64_t k, float scale, float *out) {

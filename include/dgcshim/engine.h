@@ -32,6 +32,7 @@ uint64_t dgc_k_for(uint64_t n, double density);
 
 /* What one compressed call needs beyond the state. */
 typedef struct {
+    uint64_t n;           /* elements in the buffer */
     uint64_t step;        /* per (communicator, count) call counter */
     uint64_t k;           /* slots in the payload */
     float momentum;       /* DGC_MOMENTUM */
@@ -50,11 +51,22 @@ dgc_state *dgc_state_create(uint64_t n, int with_momentum);
 void dgc_state_destroy(dgc_state *s);
 uint64_t dgc_state_size(const dgc_state *s);
 
+/* Bytes the state holds now: residual and momentum arrays, their spares,
+ * candidate and sample scratch. */
+size_t dgc_state_bytes(const dgc_state *s);
+
+/* Bytes a state for n elements will hold once it has compressed with k
+ * slots: the arrays and the candidate room (the sample scratch, a small
+ * fraction, aside). What a memory budget is checked against. */
+size_t dgc_state_footprint(uint64_t n, int with_momentum, uint64_t k);
+
 /* The residual v and momentum u as committed (u is NULL without momentum). */
 const float *dgc_state_residual(const dgc_state *s);
 const float *dgc_state_momentum(const dgc_state *s);
 
-/* Computes this step's update of u and v into scratch, selects at most p->k of
+/* g (and out below) must be float-aligned: the front ends make it so.
+ *
+ * Computes this step's update of u and v into scratch, selects at most p->k of
  * the largest |v|, and writes the payload (header + k slots, unused slots
  * (index 0, value 0)). When g holds Inf or NaN the payload carries the
  * DGC_WIRE_NONFINITE flag. The committed state is not changed.

@@ -13,6 +13,13 @@ extern "C" {
 
 #define DGC_WIRE_MAGIC 0x44474331u /* "DGC1" */
 #define DGC_WIRE_NONFINITE 1u      /* the sender's gradient held Inf or NaN */
+/* The sender could not take part (no memory for its state or scratch): only
+ * the header is meaningful, and the call fails on every rank. */
+#define DGC_WIRE_FAILED 2u
+/* The sender has no state for this buffer and may not make one (its memory
+ * budget, DGC_MAX_STATE_MB): only the header is meaningful, and the call is
+ * summed densely on every rank. */
+#define DGC_WIRE_DENSE 4u
 
 typedef struct {
     uint32_t magic;
@@ -38,6 +45,24 @@ typedef enum {
     DGC_DECODE_BAD = -1       /* a header or index failed its check: out untouched */
 } dgc_decode_result;
 
+/* What the headers of one exchange say, read before any payload is used. */
+typedef struct {
+    int failed;       /* ranks that flagged DGC_WIRE_FAILED */
+    int first_failed; /* the lowest of them, -1 when none */
+    int dense;        /* ranks that flagged DGC_WIRE_DENSE */
+    int nonfinite;    /* ranks that flagged DGC_WIRE_NONFINITE */
+} dgc_wire_summary;
+
+/* Checks the header of each of nranks payloads, which start stride bytes
+ * apart (only their first sizeof(dgc_wire_header) bytes are read), against
+ * the expected step, n and k, and sums up their flags. Returns DGC_DECODE_OK,
+ * or DGC_DECODE_BAD with err naming the rank and what was wrong. */
+dgc_decode_result dgc_wire_scan(const void *base, size_t stride, int nranks, uint64_t step, uint64_t n,
+                                uint64_t k, dgc_wire_summary *sum, char *err, size_t errlen);
+
+/* Writes the header of a payload that carries only flags (FAILED or DENSE). */
+void dgc_wire_flag_only(void *payload, uint32_t flags, uint64_t step, uint64_t n, uint64_t k);
+
 /* Checks all nranks payloads (each dgc_wire_bytes(k) apart) against the
  * expected step, n and k, and every index against n, before writing anything;
  * then sets out = 0 and adds the pairs rank by rank in rank order, so that
@@ -45,6 +70,10 @@ typedef enum {
  * and what was wrong. */
 dgc_decode_result dgc_wire_decode(const void *gathered, int nranks, uint64_t step, uint64_t n,
                                   uint64_t k, float *out, char *err, size_t errlen);
+
+/* Adds the pairs of one payload (checked by the caller: this rank's own)
+ * into out, for a dense sum of the selected pairs. */
+void dgc_wire_add_own(const void *payload, uint64_t k, float *out);
 
 /* Momentum compensation: out[idx] -= scale * val for every pair of
  * previously decoded payloads, rank by rank in rank order (so every rank
