@@ -14,69 +14,20 @@
  * Every mode also checks that all ranks hold identical output bytes. Exits 0
  * and prints "PASS mode" on rank 0, or prints the first failure and exits 1. */
 #include <math.h>
-#include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "test_common.h"
+
 typedef struct {
     long n, steps, warmup, nonfinite_step;
     double sparsity, momentum, clip;
     int nesterov, masking, inplace, expect_compressed, inf, compensate;
+    int misalign; /* bytes past float alignment of the send and receive buffers */
     const char *dump;
 } options;
-
-static int rank, nranks;
-
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-#include <stdarg.h>
-static void fail(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "FAIL rank %d: ", rank);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-}
-
-static uint64_t splitmix(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-/* The gradient of rank r at step s, element i: uniform in [-1, 1) times a
- * per-element scale spanning three decades, like layers of different sizes. */
-static float grad(int r, long s, long i) {
-    uint64_t h = splitmix(((uint64_t)r << 48) ^ ((uint64_t)s << 24) ^ (uint64_t)i);
-    double u = (double)(h >> 11) / 9007199254740992.0 * 2.0 - 1.0;
-    double scale = pow(10.0, -(double)(splitmix((uint64_t)i) % 3));
-    return (float)(u * scale);
-}
-
-static void fill_grad(float *g, int r, long s, long n) {
-    for (long i = 0; i < n; i++) g[i] = grad(r, s, i);
-}
-
-/* ---- identical bytes on all ranks ---- */
-static uint64_t hash_bytes(const void *p, size_t len) {
-    const unsigned char *b = p;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < len; i++) h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
-static void check_identical(const float *out, long n, const char *what) {
-    uint64_t h = hash_bytes(out, (size_t)n * sizeof *out);
-    uint64_t *all = malloc((size_t)nranks * sizeof *all);
-    MPI_Allgather(&h, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
-    for (int r = 1; r < nranks; r++)
-        if (all[r] != all[0]) fail("%s: output bytes differ between rank 0 and rank %d", what, r);
-    free(all);
-}
 
 /* ---- the reference, from DESIGN.md ---- */
 static double density_at(const options *o, long step) {
@@ -187,7 +138,12 @@ static void mode_reference(const options *o) {
         st[r].u = calloc((size_t)n, sizeof(float));
         st[r].v = calloc((size_t)n, sizeof(float));
     }
-    float *g = malloc((size_t)n * sizeof *g), *buf = malloc((size_t)n * sizeof *buf);
+    float *g = malloc((size_t)n * sizeof *g);
+    /* The buffers MPI sees, o->misalign bytes past alignment: read and
+     * written here only through memcpy. */
+    size_t bytes = (size_t)n * sizeof(float);
+    char *send_raw = malloc(bytes + 8), *recv_raw = malloc(bytes + 8);
+    char *send = send_raw + o->misalign, *recv = recv_raw + o->misalign;
     float *out = malloc((size_t)n * sizeof *out), *want = malloc((size_t)n * sizeof *want);
     float *prev = calloc((size_t)n, sizeof *prev), *mag = malloc((size_t)n * sizeof *mag);
     float *amag = malloc((size_t)n * sizeof *amag), *prev_amag = calloc((size_t)n, sizeof *prev_amag);
@@ -198,13 +154,14 @@ static void mode_reference(const options *o) {
         fill_grad(g, rank, s, n);
         if (bad && rank == nranks - 1) g[n / 2] = o->inf ? INFINITY : NAN;
         if (o->inplace) {
-            memcpy(buf, g, (size_t)n * sizeof *g);
-            MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            memcpy(recv, g, bytes);
+            MPI_Allreduce(MPI_IN_PLACE, recv, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         } else {
-            MPI_Allreduce(g, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            memcpy(send, g, bytes);
+            MPI_Allreduce(send, recv, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         }
-        memcpy(out, buf, (size_t)n * sizeof *out);
-        check_identical(out, n, "reference");
+        memcpy(out, recv, bytes);
+        check_identical(out, n, MPI_COMM_WORLD, "reference");
         if (bad) { /* a skipped step: no state changes anywhere */
             check_nonfinite(out, n, s);
             continue;
@@ -260,7 +217,7 @@ static void mode_passthrough(const options *o) {
     float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
     MPI_Allreduce(f, a, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     PMPI_Allreduce(f, b, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    check_identical(a, n, "large float SUM");
+    check_identical(a, n, MPI_COMM_WORLD, "large float SUM");
     long nz = 0;
     for (long i = 0; i < n; i++) nz += a[i] != 0;
     int exact = memcmp(a, b, (size_t)n * sizeof *a) == 0;
@@ -290,7 +247,7 @@ static void mode_drain(const options *o) {
         if (s < o->steps) fill_grad(g, rank, s, n);
         else memset(g, 0, (size_t)n * sizeof *g);
         MPI_Allreduce(g, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        check_identical(out, n, "drain");
+        check_identical(out, n, MPI_COMM_WORLD, "drain");
         long nz = 0;
         for (long i = 0; i < n; i++) {
             out_sum[i] += out[i];
@@ -372,7 +329,7 @@ static void mode_stats(void) {
     for (long s = 0; s < 5; s++) {
         fill_grad(g, rank, s, n);
         MPI_Allreduce(g, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        check_identical(out, n, "stats");
+        check_identical(out, n, MPI_COMM_WORLD, "stats");
     }
     if (rank == 0) printf("PASS stats n=%ld\n", n);
 }
@@ -391,6 +348,7 @@ static void parse(int argc, char **argv, options *o) {
         else if (!strcmp(k, "--masking")) o->masking = atoi(v);
         else if (!strcmp(k, "--clip")) o->clip = atof(v);
         else if (!strcmp(k, "--inplace")) o->inplace = atoi(v);
+        else if (!strcmp(k, "--misalign")) o->misalign = atoi(v);
         else if (!strcmp(k, "--nonfinite-step")) o->nonfinite_step = atol(v);
         else if (!strcmp(k, "--inf")) o->inf = atoi(v);
         else if (!strcmp(k, "--expect-compressed")) o->expect_compressed = atoi(v);
@@ -401,10 +359,8 @@ static void parse(int argc, char **argv, options *o) {
 }
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    options o;
+    test_init(&argc, &argv, MPI_THREAD_SINGLE);
+    options o = {0};
     const char *mode = argc > 1 ? argv[1] : "";
     if (strcmp(mode, "compare") != 0) parse(argc, argv, &o);
     if (!strcmp(mode, "reference")) mode_reference(&o);

@@ -58,3 +58,55 @@ mpi_case(mlp_trainer_under_shim --check $<TARGET_FILE:mlp_trainer>
          --grep "^final test_acc 0[.][7-9].* weights_identical 1"
          --grep "STATS 0x[0-9a-f]+ +669706 +.* 496[.]8x"
          -- --epochs 2 --train-limit 8192 --test-limit 2000)
+
+# ---- state identity, lifetimes and memory (lifetime_check) ----
+set(LIFE --check $<TARGET_FILE:lifetime_check> ${EXACT})
+# A communicator released by MPI_Comm_disconnect or MPI_Comm_free takes its
+# state with it: a duplicate that gets the same handle starts afresh (with
+# momentum the stale 2-rank payloads once crashed the compensation).
+mpi_case(comm_disconnect_then_dup ${LIFE} -e DGC_MOMENTUM=0.9 -- comm_reuse --free disconnect)
+mpi_case(comm_disconnect_then_dup_no_momentum ${LIFE} -- comm_reuse --free disconnect)
+mpi_case(comm_free_then_dup ${LIFE} -e DGC_MOMENTUM=0.9 -- comm_reuse --free free)
+# Two tensors reduced into one recycled (or shared) output address keep
+# separate residuals.
+mpi_case(recycled_output_address ${LIFE} -- recycled --n 20000)
+mpi_case(shared_output_buffer ${LIFE} -- recycled --n 20000 --shared-out 1)
+# States unused for DGC_STATE_IDLE_CALLS calls are freed: memory stays bounded.
+mpi_case(idle_states_freed ${LIFE} -e DGC_STATE_IDLE_CALLS=10 -e DGC_STATS=1 --asan quarantine_size_mb=0
+         --grep "memory: [0-9]+ bytes in ([0-9]|1[01]) live states \\(released 6[89]\\)"
+         -- idle --n 262144 --buffers 40 --rounds 2 --idle 10)
+# DGC_MAX_STATE_MB with room for one 1M-element state: the other two buffers
+# are summed densely, one warning per rank.
+mpi_case(memory_budget ${LIFE} -e DGC_MAX_STATE_MB=12 --times 4 "would pass DGC_MAX_STATE_MB=12"
+         -- budget --n 1048576)
+# Ranks over budget beside ranks that are not: still one decision per call,
+# and nothing lost.
+mpi_case(memory_budget_mixed --check $<TARGET_FILE:lifetime_check> -e DGC_SAMPLE_RATIO=1 -e DGC_SPARSITY=0.99
+         --split DGC_MAX_STATE_MB=0,4 -- budget --n 300000 --mixed 1)
+# Resident memory during and after warm-up against the README's formula.
+mpi_case(memory_formula --check $<TARGET_FILE:lifetime_check> -e DGC_MOMENTUM=0.9 -e DGC_WARMUP_STEPS=8
+         -- memory --n 4194304 --warmup 8 --momentum 0.9 --sparsity 0.999)
+
+# ---- failures (failure_check) ----
+set(FAILS --check $<TARGET_FILE:failure_check> ${EXACT})
+# The last rank cannot allocate its state: every rank returns MPI_ERR_NO_MEM
+# from that call (none hangs), the log names the rank, and the call repeated
+# gives the fresh first step.
+mpi_case(one_rank_out_of_memory ${FAILS}
+         --grep "rank 3 could not get the memory this call needs" -- nomem)
+# Spawned ranks with another DGC_SPARSITY merged in: the first compressed
+# call and every later one fail on every rank; the log tells the jobs apart.
+mpi_case(spawned_ranks_disagree ${FAILS} -n 2 --btl self,vader,tcp
+         --grep "rank 0 dgcshim ERROR DGC_SPARSITY differs"
+         --grep "rank [01] job [0-9]+ dgcshim ERROR DGC_SPARSITY differs"
+         --times 4 "compressed calls on this communicator fail" -- spawn_mismatch)
+# MPI_COMM_NULL: MPI_Allreduce's own error, not one of a function the shim calls.
+mpi_case(comm_null_is_allreduces_error ${FAILS} --fail "error occurred in MPI_Allreduce" -- comm_null)
+# MPI_THREAD_MULTIPLE: threads compressing on their own communicators at once.
+mpi_case(threads_on_dup_comms ${FAILS} -e DGC_MOMENTUM=0.9 -e DGC_WARMUP_STEPS=6 -- threads --threads 4)
+
+# ---- misaligned buffers: handled, not passed through (whether to compress
+# must not depend on an address) ----
+mpi_case(reference_misaligned ${EXACT} -- reference --sparsity 0.99 --misalign 1)
+mpi_case(reference_misaligned_inplace ${EXACT} -e DGC_MOMENTUM=0.9
+         -- reference --sparsity 0.99 --momentum 0.9 --compensate 1 --misalign 2 --inplace 1)

@@ -3,16 +3,21 @@
 # libdgcshim.so preloaded, and checks its exit status and output.
 #
 #   run_case.sh [-n NP] [-e VAR=VALUE]... [--split VAR=A,B] [--fail REGEX]
-#               [--grep REGEX] [--check PROGRAM] -- ARGS...
+#               [--grep REGEX] [--times N REGEX] [--check PROGRAM] [--btl LIST]
+#               [--asan OPTIONS] -- ARGS...
 #
 # -e exports a variable to every rank (mpirun -x). --split gives the first
 # half of the ranks VAR=A and the second half VAR=B (two app contexts).
 # --fail: the job must fail, within the time limit, with REGEX in its output.
 # --grep: the job must pass with REGEX in its output (extended regex; may be
-# given several times, each must match).
+# given several times, each must match). --times: exactly N lines of the
+# output match REGEX. --btl: Open MPI's transports (default self,vader;
+# spawned jobs reach their parents over tcp only). --asan: more ASan options
+# for the sanitizer build (e.g. quarantine_size_mb=0 where a case needs
+# freed memory back at once); ignored otherwise.
 # Environment: SHIM and CHECK (paths), DGC_SANITIZE (ON: preload ASan first).
 set -u
-np=4; envs=(); split=""; fail_re=""; greps=(); check="${CHECK:?CHECK unset}"
+np=4; envs=(); split=""; fail_re=""; greps=(); times=(); btl=self,vader; asan_extra=""; check="${CHECK:?CHECK unset}"
 while [ $# -gt 0 ]; do
   case "$1" in
     -n) np=$2; shift 2 ;;
@@ -20,7 +25,10 @@ while [ $# -gt 0 ]; do
     --split) split=$2; shift 2 ;;
     --fail) fail_re=$2; shift 2 ;;
     --grep) greps+=("$2"); shift 2 ;;
+    --times) times+=("$2" "$3"); shift 3 ;;
     --check) check=$2; shift 2 ;;
+    --btl) btl=$2; shift 2 ;;
+    --asan) asan_extra=":$2"; shift 2 ;;
     --) shift; break ;;
     *) echo "run_case.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -31,11 +39,11 @@ if [ "${DGC_SANITIZE:-OFF}" = "ON" ]; then
   # An instrumented library under an uninstrumented program: the ASan runtime
   # must come first. Open MPI's own allocations are not ours to leak-check.
   preload="$(gcc -print-file-name=libasan.so) $preload"
-  envs+=("ASAN_OPTIONS=detect_leaks=0:abort_on_error=1" "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+  envs+=("ASAN_OPTIONS=detect_leaks=0:abort_on_error=1$asan_extra" "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
 fi
 envs+=("LD_PRELOAD=$preload")
 
-mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl self,vader
+mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl "$btl"
      --mca rmaps_base_oversubscribe 1)
 xs=()
 for e in "${envs[@]}"; do xs+=(-x "$e"); done
@@ -67,5 +75,9 @@ fi
 [ $rc -eq 0 ] || { echo "CASE FAILED: exit status $rc"; exit 1; }
 for re in "${greps[@]}"; do
   grep -Eq -- "$re" "$out" || { echo "CASE FAILED: output lacks /$re/"; exit 1; }
+done
+for ((i = 0; i < ${#times[@]}; i += 2)); do
+  got=$(grep -Ec -- "${times[i+1]}" "$out")
+  [ "$got" -eq "${times[i]}" ] || { echo "CASE FAILED: /${times[i+1]}/ matches $got lines, want ${times[i]}"; exit 1; }
 done
 echo "CASE PASSED"

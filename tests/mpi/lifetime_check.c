@@ -1,0 +1,292 @@
+/* An ordinary MPI program, run under LD_PRELOAD=libdgcshim.so, that checks
+ * which state a call finds and how much memory the states take. Every
+ * compressed call here runs with DGC_SAMPLE_RATIO=1 (exact top-k), so the
+ * first call on fresh state has an exact reference (test_common.c).
+ *
+ *   lifetime_check comm_reuse --free disconnect|free
+ *       two half-size communicators compress, are released, and a
+ *       duplicate of MPI_COMM_WORLD (which Open MPI may give the same
+ *       handle) must start from fresh state
+ *   lifetime_check recycled [--shared-out 1]
+ *       tensor A all ones and B all zeros reduced into outputs allocated
+ *       and freed each step (or one output for both): B's output is zero
+ *   lifetime_check idle --buffers B --rounds R --idle I
+ *       B distinct buffers, R rounds: states unused for I calls are freed
+ *       (the peak resident memory says so) and a buffer seen again starts
+ *       from fresh state
+ *   lifetime_check budget [--mixed 1]
+ *       three buffers, DGC_MAX_STATE_MB set to room for one: the others
+ *       are summed densely
+ *       (bit-exact with PMPI_Allreduce when every rank is over budget; with
+ *       --mixed, ranks over budget beside ranks that are not: nothing lost)
+ *   lifetime_check memory --n N --warmup W --momentum m
+ *       resident memory during warm-up and after it against the README's
+ *       formula
+ *
+ * Prints "PASS mode" on rank 0, or the first failure and exits 1. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "test_common.h"
+
+typedef struct {
+    long n, buffers, rounds, idle, warmup;
+    double sparsity, momentum;
+    int shared_out, mixed;
+    const char *free_how;
+} options;
+
+static float grad_at_step(int r, long i, void *ctx) { return grad(r, *(const long *)ctx, i); }
+
+/* Fails unless out is, bit for bit, the fresh-state first step of grad(., step, .). */
+static void expect_fresh(const float *out, long n, long k, long step, int ranks, const char *what) {
+    float *want = malloc((size_t)n * sizeof *want);
+    first_step_reference(n, k, ranks, grad_at_step, &step, want);
+    for (long i = 0; i < n; i++)
+        if (memcmp(&out[i], &want[i], sizeof(float)) != 0)
+            fail("%s: element %ld is %.9g, fresh state gives %.9g (state carried over?)", what, i, out[i], want[i]);
+    free(want);
+}
+
+/* ---- a released communicator's handle reused ---- */
+static void mode_comm_reuse(const options *o) {
+    long n = o->n, k = k_for(n, 1 - o->sparsity);
+    float *g = malloc((size_t)n * sizeof *g), *out = malloc((size_t)n * sizeof *out);
+    MPI_Comm half;
+    MPI_Comm_split(MPI_COMM_WORLD, rank < nranks / 2, rank, &half);
+    MPI_Comm old = half;
+    for (long s = 0; s < 3; s++) {
+        fill_grad(g, rank, s, n);
+        MPI_Allreduce(g, out, (int)n, MPI_FLOAT, MPI_SUM, half);
+    }
+    if (!strcmp(o->free_how, "disconnect")) MPI_Comm_disconnect(&half);
+    else MPI_Comm_free(&half);
+    MPI_Comm dup;
+    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+    if (rank == 0) printf("released half-size handle %s by the duplicate\n", dup == old ? "reused" : "not reused");
+    long step = 100;
+    fill_grad(g, rank, step, n);
+    MPI_Allreduce(g, out, (int)n, MPI_FLOAT, MPI_SUM, dup);
+    check_identical(out, n, MPI_COMM_WORLD, "duplicate");
+    expect_fresh(out, n, k, step, nranks, "first call on the duplicate");
+    fill_grad(g, rank, step + 1, n); /* and it keeps working: compensation sees its own ranks */
+    MPI_Allreduce(g, out, (int)n, MPI_FLOAT, MPI_SUM, dup);
+    check_identical(out, n, MPI_COMM_WORLD, "second call on the duplicate");
+    MPI_Comm_free(&dup);
+    if (rank == 0) printf("PASS comm_reuse (%s)\n", o->free_how);
+}
+
+/* ---- two tensors, one output address ----
+ * Fresh outputs come from mmap and go back with munmap, as large arrays of
+ * numpy or PyTorch do: the kernel hands the same address out again, with no
+ * allocator (or sanitizer quarantine) between. */
+static float *fresh(long n) {
+    void *p = mmap(NULL, (size_t)n * sizeof(float), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) fail("mmap failed");
+    return p;
+}
+static void release(float *p, long n) { munmap(p, (size_t)n * sizeof *p); }
+
+static void mode_recycled(const options *o) {
+    long n = o->n;
+    float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+    float *shared = malloc((size_t)n * sizeof *shared);
+    for (long i = 0; i < n; i++) a[i] = 1.0f, b[i] = 0.0f;
+    int recycled = 0, a_moved = 0;
+    float *first_a = NULL;
+    double a_total = 0;
+    for (long s = 0; s < 6; s++) {
+        float *out_a = o->shared_out ? shared : fresh(n);
+        MPI_Allreduce(a, out_a, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        for (long i = 0; i < n; i++) a_total += out_a[i];
+        if (s == 0) first_a = out_a;
+        a_moved |= out_a != first_a;
+        if (!o->shared_out) release(out_a, n);
+        float *out_b = o->shared_out ? shared : fresh(n);
+        recycled |= out_b == out_a;
+        MPI_Allreduce(b, out_b, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        double sum = 0;
+        for (long i = 0; i < n; i++) sum += fabs(out_b[i]);
+        if (sum != 0) fail("step %ld: B is all zeros on every rank, its output sums to %g (A's residual?)", s, sum);
+        if (!o->shared_out) release(out_b, n);
+    }
+    /* A's residual grows by one wherever it was not sent, so step s sends k
+     * values s + 1 per rank (while n >= 6k): 21 k per rank in all, when A's
+     * output came back at one address (its state then carried over). */
+    long k = k_for(n, 1 - o->sparsity);
+    if (!a_moved && a_total != 21.0 * (double)k * nranks)
+        fail("A's outputs sum to %g, want %g", a_total, 21.0 * k * nranks);
+    if (!recycled && !o->shared_out) fail("mmap never gave B the address A's output had: the case tests nothing");
+    if (rank == 0) printf("PASS recycled (A's output address %s)\n", a_moved ? "moved" : "stable");
+}
+
+/* ---- resident memory from /proc/self/status, in bytes ---- */
+static long status_kb(const char *field) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    size_t len = strlen(field);
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, field, len) && line[len] == ':') kb = atol(line + len + 1);
+    if (f) fclose(f);
+    if (kb < 0) fail("no %s in /proc/self/status", field);
+    return kb;
+}
+static double rss_mb(void) { return status_kb("VmRSS") / 1024.0; }
+static double hwm_mb(void) { return status_kb("VmHWM") / 1024.0; }
+
+/* Sets the peak resident memory back to the current (Linux 4.0+), so that
+ * VmHWM then measures this test's own peak. */
+static void reset_peak(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f || fputs("5", f) < 0 || fclose(f) != 0) fail("cannot reset the peak RSS through /proc/self/clear_refs");
+}
+
+/* ---- idle states are freed ---- */
+static void mode_idle(const options *o) {
+    long n = o->n, nb = o->buffers, k = k_for(n, 1 - o->sparsity);
+    float *g = malloc((size_t)n * sizeof *g), *out = malloc((size_t)n * sizeof *out);
+    float *in = malloc((size_t)(n * nb) * sizeof *in);
+    /* Resident before the peak is reset (a zero fill could become calloc's
+     * untouched pages). */
+    memset(in, 1, (size_t)(n * nb) * sizeof *in);
+    memset(out, 1, (size_t)n * sizeof *out);
+    reset_peak();
+    double base = hwm_mb();
+    for (long r = 0; r < o->rounds; r++) {
+        for (long b = 0; b < nb; b++) {
+            long step = r * nb + b; /* the step of count n: one call per buffer per round */
+            fill_grad(in + b * n, rank, step, n);
+            MPI_Allreduce(in + b * n, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            /* Every buffer's state was freed since its last use a round ago
+             * (nb calls > idle): a call starts afresh (checked on the first
+             * two of a round: the reference sorts n values per rank). */
+            if (r > 0 && b < 2 && nb > o->idle)
+                expect_fresh(out, n, k, step, nranks, "a buffer seen again after its state was freed");
+        }
+    }
+    /* A state is 8 bytes per element (residual and spare) plus exchange
+     * buffers: at most idle + 1 of them live at once. */
+    double state_mb = 8.0 * (double)n / 1048576.0, grown = hwm_mb() - base, bound = (o->idle + 2) * state_mb * 1.5 + 8;
+    if (grown > bound)
+        fail("peak resident memory grew %.1f MiB over %ld buffers, more than %ld live states allow (%.1f MiB)", grown,
+             nb, o->idle + 1, bound);
+    if (rank == 0) printf("PASS idle: %ld buffers x %ld rounds, peak growth %.1f MiB (bound %.1f, all %ld live: %.1f)\n",
+                          nb, o->rounds, grown, bound, nb, nb * state_mb);
+    free(in);
+}
+
+/* ---- the memory budget ---- */
+static void mode_budget(const options *o) {
+    long n = o->n, steps = 8, drain = 0;
+    long k = k_for(n, 1 - o->sparsity);
+    float *in[3], *out[3], *direct = malloc((size_t)n * sizeof *direct);
+    double *in_sum = calloc((size_t)(3 * n), sizeof *in_sum), *out_sum = calloc((size_t)(3 * n), sizeof *out_sum);
+    for (int t = 0; t < 3; t++) {
+        in[t] = malloc((size_t)n * sizeof *in[t]);
+        out[t] = malloc((size_t)n * sizeof *out[t]);
+    }
+    if (o->mixed) drain = 3 * n / k + 20; /* zero gradients until residuals are empty */
+    if (o->mixed) steps = 4;
+    for (long s = 0; s < steps + drain; s++) {
+        for (int t = 0; t < 3; t++) {
+            for (int r = 0; r < nranks && s < steps; r++)
+                for (long i = 0; i < n; i++) in_sum[t * n + i] += grad(r + 8 * t, s, i);
+            if (s < steps) fill_grad(in[t], rank + 8 * t, s, n);
+            else memset(in[t], 0, (size_t)n * sizeof *in[t]);
+            MPI_Allreduce(in[t], out[t], (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            check_identical(out[t], n, MPI_COMM_WORLD, "budget");
+            for (long i = 0; i < n; i++) out_sum[t * n + i] += out[t][i];
+            long nz = 0;
+            for (long i = 0; i < n; i++) nz += out[t][i] != 0;
+            if (t == 0 && nz > k * nranks) fail("buffer 0 (within budget) was not compressed: %ld non-zeros", nz);
+            if (o->mixed || t == 0 || s >= steps) continue;
+            PMPI_Allreduce(in[t], direct, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            if (memcmp(direct, out[t], (size_t)n * sizeof *direct) != 0)
+                fail("step %ld buffer %d (over budget on every rank) differs from a dense all-reduce", s, t);
+        }
+    }
+    if (o->mixed)
+        for (long i = 0; i < 3 * n; i++)
+            if (fabs(out_sum[i] - in_sum[i]) > 1e-4 * (1 + fabs(in_sum[i])) + 1e-3)
+                fail("buffer %ld element %ld: outputs sum to %.9g, inputs to %.9g", i / n, i % n, out_sum[i], in_sum[i]);
+    free(direct);
+    if (rank == 0) printf("PASS budget%s\n", o->mixed ? " (ranks over and under budget side by side)" : "");
+}
+
+/* ---- resident memory against the README's formula ----
+ * A(x): what an array of x bytes takes: below 256 KiB the heap's 64-byte
+ * rounding, from 2 MiB up whole 2 MiB pages, between them whole 4 KiB pages. */
+static double alloc_bytes(double x) {
+    double to = x < 262144 ? 64 : x >= 2097152 ? 2097152 : 4096;
+    return ceil(x / to) * to;
+}
+
+/* The README's per-buffer formula, for k slots. */
+static double formula(double n, double k, int ranks, int momentum) {
+    double payload = 32 + 8 * k, cand = fmin(n, fmax(8 * k, 4096));
+    return (momentum ? 4 : 2) * alloc_bytes(4 * n) + 2 * alloc_bytes(4 * cand) + alloc_bytes(payload) +
+           (momentum ? 2 : 1) * alloc_bytes(ranks * payload);
+}
+
+static void mode_memory(const options *o) {
+    long n = o->n;
+    int momentum = o->momentum > 0;
+    float *g = malloc((size_t)n * sizeof *g), *out = malloc((size_t)n * sizeof *out);
+    fill_grad(g, rank, 0, n);
+    memset(out, 1, (size_t)n * sizeof *out); /* resident now, not at the first call */
+    reset_peak();
+    double base_rss = rss_mb(), base_hwm = hwm_mb();
+    long k0 = k_for(n, 0.25), k_end = k_for(n, 1 - o->sparsity);
+    for (long s = 0; s < o->warmup + 4; s++) {
+        fill_grad(g, rank, s, n);
+        MPI_Allreduce(g, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    }
+    double peak = hwm_mb() - (base_hwm > base_rss ? base_hwm : base_rss), steady = rss_mb() - base_rss;
+    double mib = 1048576.0, arrays = (momentum ? 4 : 2) * alloc_bytes(4.0 * n) / mib;
+    double f_warm = formula(n, k0, nranks, momentum) / mib, f_end = formula(n, k_end, nranks, momentum) / mib;
+    const double slack = 8; /* MiB: what MPI itself allocates around the exchange */
+    if (rank == 0)
+        printf("memory n=%ld ranks=%d momentum=%g: warm-up peak +%.1f MiB (formula %.1f), after warm-up +%.1f MiB "
+               "(formula %.1f; arrays alone %.1f)\n", n, nranks, o->momentum, peak, f_warm, steady, f_end, arrays);
+    if (peak > f_warm * 1.05 + slack) fail("warm-up peak %.1f MiB is above the formula's %.1f", peak, f_warm);
+    if (steady > f_end * 1.05 + slack) fail("after warm-up %.1f MiB is above the formula's %.1f", steady, f_end);
+    if (steady < arrays * 0.95) fail("after warm-up %.1f MiB, below the state arrays' %.1f: measured wrong?", steady, arrays);
+    if (rank == 0) printf("PASS memory\n");
+}
+
+static void parse(int argc, char **argv, options *o) {
+    *o = (options){.n = 40000, .buffers = 100, .rounds = 3, .idle = 10, .sparsity = 0.99, .free_how = "free"};
+    for (int i = 2; i + 1 < argc; i += 2) {
+        const char *k = argv[i], *v = argv[i + 1];
+        if (!strcmp(k, "--n")) o->n = atol(v);
+        else if (!strcmp(k, "--buffers")) o->buffers = atol(v);
+        else if (!strcmp(k, "--rounds")) o->rounds = atol(v);
+        else if (!strcmp(k, "--idle")) o->idle = atol(v);
+        else if (!strcmp(k, "--warmup")) o->warmup = atol(v);
+        else if (!strcmp(k, "--sparsity")) o->sparsity = atof(v);
+        else if (!strcmp(k, "--momentum")) o->momentum = atof(v);
+        else if (!strcmp(k, "--shared-out")) o->shared_out = atoi(v);
+        else if (!strcmp(k, "--mixed")) o->mixed = atoi(v);
+        else if (!strcmp(k, "--free")) o->free_how = v;
+        else fail("unknown option %s", k);
+    }
+}
+
+int main(int argc, char **argv) {
+    test_init(&argc, &argv, MPI_THREAD_SINGLE);
+    options o = {0};
+    parse(argc, argv, &o);
+    const char *mode = argc > 1 ? argv[1] : "";
+    if (!strcmp(mode, "comm_reuse")) mode_comm_reuse(&o);
+    else if (!strcmp(mode, "recycled")) mode_recycled(&o);
+    else if (!strcmp(mode, "idle")) mode_idle(&o);
+    else if (!strcmp(mode, "budget")) mode_budget(&o);
+    else if (!strcmp(mode, "memory")) mode_memory(&o);
+    else fail("unknown mode '%s'", mode);
+    MPI_Finalize();
+    return 0;
+}
