@@ -111,9 +111,10 @@ static int find_state(dgc_comm *c, const void *sb, const void *rb, const dgc_ste
     size_t budget = (size_t)cfg->max_state_mb << 20;
     dgc_create_result r = dgc_registry_create(c, key, rb, p->n, momentum, est, budget, b);
     if (r == DGC_OVER_BUDGET) {
-        DGC_WARN("a new %llu-element buffer would pass DGC_MAX_STATE_MB=%llu: summed densely on every rank "
-                 "(no state for it) until memory is freed", (unsigned long long)p->n,
-                 (unsigned long long)cfg->max_state_mb);
+        if (!c->budget_warned++)
+            DGC_WARN("a new %llu-element buffer would pass DGC_MAX_STATE_MB=%llu: summed densely on every rank "
+                 "(no state for it) while memory is short; said once per communicator",
+                     (unsigned long long)p->n, (unsigned long long)cfg->max_state_mb);
         return DGC_PART_DENSE;
     }
     if (r == DGC_NO_MEMORY) {

@@ -70,10 +70,13 @@ int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
     return rc;
 }
 
+/* A buffer is its output address; one reduced from a send buffer of its own
+ * (not in place) adds that, since one output can serve several inputs. */
 static void print_row(const dgc_buffer *b, void *ctx) {
     dgc_buffer_stats *total = ctx;
-    char label[32], row[256];
-    snprintf(label, sizeof label, "%p", b->buf);
+    char label[48], row[288];
+    if (b->send) snprintf(label, sizeof label, "%p<%p", b->buf, b->send);
+    else snprintf(label, sizeof label, "%p", b->buf);
     dgc_stats_row(label, b->count, &b->stats, row, sizeof row);
     dgc_log_tagged("STATS", "%s", row);
     dgc_stats_add(total, &b->stats);

@@ -27,6 +27,7 @@ static uint64_t next_comm_id = 1;
 static dgc_registry_totals totals;
 static _Atomic uint64_t passthrough, over_budget, failed;
 static int hooks[DGC_HOOK_COUNT] = {-1, -1};
+static void *_Atomic slots[DGC_SLOT_COUNT];
 
 static int grow(void **arr, size_t *cap, size_t want, size_t elem) {
     if (want <= *cap) return 0;
@@ -314,6 +315,12 @@ void dgc_registry_set_hook(int which, int value) {
     pthread_mutex_lock(&lock);
     hooks[which] = value;
     pthread_mutex_unlock(&lock);
+}
+
+void *dgc_registry_slot(int which) { return atomic_load_explicit(&slots[which], memory_order_acquire); }
+
+void dgc_registry_set_slot(int which, void *value) {
+    atomic_store_explicit(&slots[which], value, memory_order_release);
 }
 
 void dgc_registry_clear(void) {

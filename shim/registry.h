@@ -36,7 +36,7 @@ typedef struct {
     size_t head;         /* bytes of each payload exchanged first (a multiple of 8) */
     void *reserve;       /* head bytes to send + nranks * head to receive, reserved ahead */
     uint64_t live, created; /* buffer states on it now, and ever */
-    int growth_warned;
+    int growth_warned, budget_warned;
     int table_full_warned;
     dgc_comm_counters *counters;
 } dgc_comm;
@@ -134,6 +134,14 @@ void dgc_registry_count_failed(void);
 enum { DGC_HOOK_COMM_KEY, DGC_HOOK_SELF_KEY, DGC_HOOK_COUNT };
 int dgc_registry_hook(int which);
 void dgc_registry_set_hook(int which, int value);
+
+/* Addresses a front end looks up once and keeps (the real functions it
+ * forwards to, a language's sentinels): NULL until set. Reads take no lock,
+ * since pass-through calls read them; a slot is written with the same value
+ * by whoever resolves it first. */
+#define DGC_SLOT_COUNT 32
+void *dgc_registry_slot(int which);
+void dgc_registry_set_slot(int which, void *value);
 
 /* Frees every record and entry (statistics totals are kept). */
 void dgc_registry_clear(void);
