@@ -71,6 +71,12 @@ mpi_case(comm_free_then_dup ${LIFE} -e DGC_MOMENTUM=0.9 -- comm_reuse --free fre
 # separate residuals.
 mpi_case(recycled_output_address ${LIFE} -- recycled --n 20000)
 mpi_case(shared_output_buffer ${LIFE} -- recycled --n 20000 --shared-out 1)
+# A new send buffer for every call: the shim warns once that live states keep
+# growing; 300 persistent buffers over 3 rounds are no such sign.
+mpi_case(growing_states_warned ${LIFE} --times 4 "buffer states live on one communicator"
+         -- growth --n 16384 --buffers 600 --rounds 1 --fresh 1)
+mpi_case(many_persistent_buffers_not_warned ${LIFE} --times 0 "buffer states live on one communicator"
+         -- growth --n 16384 --buffers 300 --rounds 3)
 # States unused for DGC_STATE_IDLE_CALLS calls are freed: memory stays bounded.
 mpi_case(idle_states_freed ${LIFE} -e DGC_STATE_IDLE_CALLS=10 -e DGC_STATS=1 --asan quarantine_size_mb=0
          --grep "memory: [0-9]+ bytes in ([0-9]|1[01]) live states \\(released 6[89]\\)"

@@ -19,6 +19,10 @@
  *       are summed densely
  *       (bit-exact with PMPI_Allreduce when every rank is over budget; with
  *       --mixed, ranks over budget beside ranks that are not: nothing lost)
+ *   lifetime_check growth --buffers B --rounds R [--fresh 1]
+ *       R rounds over B persistent send buffers, or (--fresh) a new send
+ *       buffer for every call: the case greps for the shim's warning about
+ *       live states that keep growing
  *   lifetime_check memory --n N --warmup W --momentum m
  *       resident memory during warm-up and after it against the README's
  *       formula
@@ -35,7 +39,7 @@
 typedef struct {
     long n, buffers, rounds, idle, warmup;
     double sparsity, momentum;
-    int shared_out, mixed;
+    int shared_out, mixed, fresh;
     const char *free_how;
 } options;
 
@@ -217,6 +221,25 @@ static void mode_budget(const options *o) {
     if (rank == 0) printf("PASS budget%s\n", o->mixed ? " (ranks over and under budget side by side)" : "");
 }
 
+/* ---- states that keep growing ---- */
+static void mode_growth(const options *o) {
+    long n = o->n, calls = o->buffers * o->rounds;
+    float *out = malloc((size_t)n * sizeof *out);
+    float **in = calloc((size_t)calls, sizeof *in);
+    for (long c = 0; c < calls; c++) {
+        long b = o->fresh ? c : c % o->buffers;
+        if (!in[b]) { /* fresh buffers are kept, so that none reuses an address */
+            in[b] = malloc((size_t)n * sizeof *in[b]);
+            fill_grad(in[b], rank, b, n);
+        }
+        MPI_Allreduce(in[b], out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    }
+    for (long c = 0; c < calls; c++) free(in[c]);
+    free(in);
+    if (rank == 0) printf("PASS growth: %ld calls over %ld %s buffers\n", calls, o->fresh ? calls : o->buffers,
+                          o->fresh ? "fresh" : "persistent");
+}
+
 /* ---- resident memory against the README's formula ----
  * A(x): what an array of x bytes takes: below 256 KiB the heap's 64-byte
  * rounding, from 2 MiB up whole 2 MiB pages, between them whole 4 KiB pages. */
@@ -271,6 +294,7 @@ static void parse(int argc, char **argv, options *o) {
         else if (!strcmp(k, "--momentum")) o->momentum = atof(v);
         else if (!strcmp(k, "--shared-out")) o->shared_out = atoi(v);
         else if (!strcmp(k, "--mixed")) o->mixed = atoi(v);
+        else if (!strcmp(k, "--fresh")) o->fresh = atoi(v);
         else if (!strcmp(k, "--free")) o->free_how = v;
         else fail("unknown option %s", k);
     }
@@ -286,6 +310,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "idle")) mode_idle(&o);
     else if (!strcmp(mode, "budget")) mode_budget(&o);
     else if (!strcmp(mode, "memory")) mode_memory(&o);
+    else if (!strcmp(mode, "growth")) mode_growth(&o);
     else fail("unknown mode '%s'", mode);
     MPI_Finalize();
     return 0;

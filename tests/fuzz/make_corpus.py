@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of the fuzz targets: tests/fuzz/corpus/{decode,engine}/.
+
+Seeds give libFuzzer a start inside the interesting space (sound payloads
+to mutate, each kind of broken one, every engine configuration) rather than
+leaving it to find the magic number and matching headers by itself. The
+layouts are those described at the top of fuzz_decode.c and fuzz_engine.c.
+Deterministic: rerunning rewrites the same bytes.
+    python3 tests/fuzz/make_corpus.py
+"""
+import os
+import random
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MAGIC = 0x44474331
+NONFINITE, FAILED, DENSE = 1, 2, 4
+
+
+def payload(flags, step, n, k, pairs):
+    """One payload: header, then k indices, then k values (pairs padded with (0, 0.0))."""
+    pairs = list(pairs) + [(0, 0.0)] * (k - len(pairs))
+    idx = b"".join(struct.pack("<I", i) for i, _ in pairs)
+    val = b"".join(v if isinstance(v, bytes) else struct.pack("<f", v) for _, v in pairs)
+    return struct.pack("<IIQQQ", MAGIC, flags, step, n, k) + idx + val
+
+
+def decode_seed(nranks, n, k, step, bits, payloads):
+    """The choice bytes of fuzz_decode, then the gathered payloads."""
+    assert 1 <= nranks <= 8 and 1 <= n <= 4096 and 1 <= k <= min(n, 64)
+    head = bytes([nranks - 1, (n - 1) & 0xFF, (n - 1) >> 8, k - 1, step, bits])
+    return head + b"".join(payloads)
+
+
+def random_pairs(rng, n, k, distinct=True):
+    idx = rng.sample(range(n), k) if distinct else [rng.randrange(n) for _ in range(k)]
+    return [(i, rng.uniform(-4, 4)) for i in idx]
+
+
+def decode_seeds():
+    rng = random.Random(1)
+    s = {}
+    ok = lambda r, n, k, step: [payload(0, step, n, k, random_pairs(rng, n, k, False)) for _ in range(r)]
+    s["ok_1rank"] = decode_seed(1, 100, 4, 3, 0, ok(1, 100, 4, 3))
+    s["ok_3ranks"] = decode_seed(3, 1000, 16, 7, 0x10, ok(3, 1000, 16, 7))
+    s["ok_8ranks_k64"] = decode_seed(8, 4096, 64, 200, 0x20, ok(8, 4096, 64, 200))
+    s["ok_zeroed_flavour"] = decode_seed(2, 50, 8, 1, 0x01, ok(2, 50, 8, 1))
+    s["ok_n1"] = decode_seed(4, 1, 1, 0, 0, [payload(0, 0, 1, 1, [(0, float(r))]) for r in range(4)])
+    # 1 + 1e8 - 1e8 in rank order is 0: any other order gives 1.
+    s["ok_rank_order"] = decode_seed(3, 8, 2, 5, 0x40, [
+        payload(0, 5, 8, 2, [(3, 1.0), (6, 0.5)]),
+        payload(0, 5, 8, 2, [(3, 1e8), (0, -2.0)]),
+        payload(0, 5, 8, 2, [(3, -1e8), (6, 0.25)])])
+    odd = [b"\x00\x00\xc0\x7f", b"\x00\x00\x80\x7f", b"\x01\x00\x00\x00", b"\x00\x00\x00\x80",
+           b"\xff\xff\x7f\x7f", b"\x01\x00\x80\x7f"]  # NaN, Inf, subnormal, -0, FLT_MAX, sNaN
+    s["ok_odd_values"] = decode_seed(2, 16, 6, 9, 0, [
+        payload(0, 9, 16, 6, [(j, v) for j, v in enumerate(odd)]),
+        payload(0, 9, 16, 6, [(j, v) for j, v in enumerate(odd)])])
+    s["nonfinite_rank1"] = decode_seed(2, 64, 4, 2, 0, [
+        payload(0, 2, 64, 4, random_pairs(rng, 64, 4)), payload(NONFINITE, 2, 64, 4, [])])
+    for name, flags in [("failed", FAILED), ("dense", DENSE), ("failed_dense", FAILED | DENSE),
+                        ("unknown_flag", 8), ("nonfinite_failed", NONFINITE | FAILED)]:
+        s["flag_" + name] = decode_seed(3, 32, 2, 4, 0x02, [
+            payload(0, 4, 32, 2, []), payload(flags, 4, 32, 2, []), payload(0, 4, 32, 2, [])])
+    good = lambda: payload(0, 6, 40, 3, random_pairs(rng, 40, 3))
+    bad_magic = bytearray(good())
+    bad_magic[0] ^= 1
+    s["bad_magic"] = decode_seed(2, 40, 3, 6, 0x02, [good(), bytes(bad_magic)])
+    s["bad_step"] = decode_seed(2, 40, 3, 6, 0x04, [good(), payload(0, 7, 40, 3, [])])
+    s["bad_n"] = decode_seed(2, 40, 3, 6, 0x06, [payload(0, 6, 41, 3, []), good()])
+    s["bad_k"] = decode_seed(2, 40, 3, 6, 0x02, [good(), payload(0, 6, 40, 4, [])])
+    s["bad_index_eq_n"] = decode_seed(3, 40, 3, 6, 0x02, [good(), good(), payload(0, 6, 40, 3, [(1, 1.0), (2, 2.0), (40, 3.0)])])
+    s["bad_index_max"] = decode_seed(1, 40, 3, 6, 0x09, [payload(0, 6, 40, 3, [(0xFFFFFFFF, 1.0)])])
+    s["bad_index_stamped"] = decode_seed(2, 40, 3, 6, 0x08, [
+        b"\0" * 32 + struct.pack("<III", 5, 39, 41) + b"\0" * 12, good()])
+    s["truncated"] = decode_seed(4, 500, 32, 11, 0, ok(4, 500, 32, 11))[:-700]
+    s["choices_only"] = bytes([7, 0xFF, 0x0F, 63, 0, 0x0E])
+    return s
+
+
+def engine_seed(n, k, momentum=0, nesterov=0, masking=1, clip=0, steps=1, ratio=0, nranks=1, tame=1,
+                in_place=0, g_off=0, out_off=0, grad=b""):
+    """The choice bytes of fuzz_engine (table indices, as there), then gradient bytes."""
+    assert 16 <= n <= 2048 and 1 <= k <= n
+    head = struct.pack("<HH", n - 16, k - 1) + bytes([
+        momentum | nesterov << 2 | masking << 3 | clip << 4 | (steps - 1) << 6,
+        ratio | (nranks - 1) << 3 | tame << 6 | in_place << 7,
+        g_off | out_off << 4])
+    return head + grad
+
+
+def floats(values):
+    return b"".join(struct.pack("<f", v) for v in values)
+
+
+def engine_seeds():
+    rng = random.Random(2)
+    gauss = lambda m: floats(rng.gauss(0, 1) for _ in range(m))
+    s = {}
+    s["plain_n64_k4"] = engine_seed(64, 4, grad=gauss(64))
+    s["plain_4steps_sampled"] = engine_seed(1000, 10, steps=4, ratio=5, grad=gauss(257))
+    s["momentum_masking"] = engine_seed(512, 32, momentum=1, steps=4, ratio=3, grad=gauss(300))
+    s["nesterov_no_masking"] = engine_seed(300, 30, momentum=2, nesterov=1, masking=0, steps=3, grad=gauss(101))
+    s["clip_nranks4"] = engine_seed(256, 16, momentum=1, clip=2, nranks=4, steps=2, ratio=2, grad=gauss(256))
+    s["clip_tiny"] = engine_seed(100, 5, clip=1, steps=2, grad=gauss(100))
+    s["k_equals_n"] = engine_seed(2048, 2048, ratio=7, steps=2, grad=gauss(500))
+    s["k1_ratio_small"] = engine_seed(2000, 1, ratio=6, steps=3, grad=gauss(333))
+    s["in_place_offsets"] = engine_seed(777, 20, steps=2, in_place=1, g_off=3, out_off=9, grad=gauss(200))
+    s["separate_out_offset"] = engine_seed(129, 7, out_off=13, g_off=1, grad=gauss(129))
+    s["all_zero"] = engine_seed(64, 8, steps=2)
+    s["ties"] = engine_seed(200, 50, steps=2, grad=floats([1.5]))
+    s["nan_then_finite"] = engine_seed(32, 4, steps=2, tame=0, grad=floats([1.0] * 31 + [float("nan")]) + gauss(32))
+    s["inf_with_clip"] = engine_seed(48, 3, clip=2, momentum=1, tame=0, grad=floats([float("inf")] + [0.5] * 47))
+    s["overflow"] = engine_seed(16, 2, steps=3, tame=0, grad=floats([3e38, -3e38] * 8))
+    s["subnormal"] = engine_seed(40, 5, steps=2, tame=0, grad=b"\x01\x00\x00\x00\x00\x00\x00\x80\x07\x00\x40\x00")
+    s["raw_bytes"] = engine_seed(90, 9, momentum=1, steps=4, tame=0, grad=bytes(rng.randrange(256) for _ in range(360)))
+    return s
+
+
+def write(kind, seeds):
+    d = os.path.join(HERE, "corpus", kind)
+    os.makedirs(d, exist_ok=True)
+    for name, data in seeds.items():
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(data)
+
+
+if __name__ == "__main__":
+    write("decode", decode_seeds())
+    write("engine", engine_seeds())
