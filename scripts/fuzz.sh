@@ -52,7 +52,7 @@ for t in decode engine; do
   if [ "$rc" -ne 0 ] || grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:|check failed' "$dir/log" ||
     [ -n "$(ls -A "$dir/crash")" ]; then
     echo "-- fuzz_$t FAILED (exit $rc); the end of its log:" >&2
-    grep -vE '^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse)' "$dir/log" | tail -n 60 >&2
+    { grep -vE '^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse)' "$dir/log" || true; } | tail -n 60 >&2
     mkdir -p "$build/artifacts/$t"
     cp "$dir/crash/"* "$build/artifacts/$t/" 2>/dev/null || true
     cp "$dir/log" "$build/artifacts/$t/log"

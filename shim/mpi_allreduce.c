@@ -91,8 +91,8 @@ static void warn_growth(dgc_comm *c, uint64_t count) {
     if (c->growth_warned || c->live < GROWTH_STATES || c->calls < GROWTH_CALLS || 2 * c->created <= c->calls) return;
     c->growth_warned = 1;
     DGC_WARN("%llu buffer states live on one communicator (%llu created in %llu calls, the latest for %llu "
-             "elements): the program all-reduces into fresh buffers, so residuals do not carry over between "
-             "steps. All-reduce each gradient in place, or from and into buffers that persist (see the README, "
+             "elements): the program all-reduces fresh buffers (a new send or output address each call), so "
+             "residuals do not carry over between steps. All-reduce each gradient in place, or from and into buffers that persist (see the README, "
              "'What the shim keeps'); states unused for DGC_STATE_IDLE_CALLS calls are freed",
              (unsigned long long)c->live, (unsigned long long)c->created, (unsigned long long)c->calls,
              (unsigned long long)count);
