@@ -2,11 +2,13 @@
 # Installs the Debian packages dgcshim needs. Idempotent: does nothing when
 # they are all present. Needs root (or sudo) to install.
 #
-#   scripts/deps.sh          build and test: compiler, CMake, Open MPI, Criterion, zlib
+#   scripts/deps.sh          build and test: compilers (gcc, gfortran, clang for the fuzz
+#                            targets), CMake, Open MPI, Criterion, zlib
 #   scripts/deps.sh train    also Fashion-MNIST (the C trainer's data)
 #   scripts/deps.sh torch    also PyTorch, mpi4py, numpy and matplotlib for /usr/bin/python3
 set -euo pipefail
-pkgs=(build-essential cmake openmpi-bin libopenmpi-dev libcriterion-dev zlib1g-dev pkg-config iproute2)
+pkgs=(build-essential gfortran clang libclang-rt-14-dev cmake openmpi-bin libopenmpi-dev libcriterion-dev zlib1g-dev
+      pkg-config iproute2)
 case "${1:-}" in
   "") ;;
   train) pkgs+=(dataset-fashion-mnist) ;;

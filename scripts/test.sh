@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds dgcshim twice (optimised,
-# and with AddressSanitizer + UndefinedBehaviorSanitizer), and runs the whole
-# suite (Criterion unit tests and mpirun integration tests) in both builds.
-# Exits non-zero when any test fails.
+# and with AddressSanitizer + UndefinedBehaviorSanitizer), runs the whole
+# suite (Criterion unit tests, mpirun integration tests, Fortran programs) in
+# both builds, then the two libFuzzer targets for FUZZ_SECONDS each (default
+# 30). Exits non-zero when any test fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh train  # the trainer case reads Fashion-MNIST
@@ -17,4 +18,6 @@ echo "== optimised build =="
 run build -DCMAKE_BUILD_TYPE=Release
 echo "== sanitizer build (ASan + UBSan) =="
 run build-san -DCMAKE_BUILD_TYPE=Debug -DDGC_SANITIZE=ON
-echo "== all tests passed in both builds =="
+echo "== fuzzing (libFuzzer, clang) =="
+scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
+echo "== all tests passed in both builds, fuzz targets clean =="

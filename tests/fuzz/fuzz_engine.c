@@ -49,7 +49,9 @@ typedef struct {
 
 static plan read_plan(const uint8_t *d) {
     plan pl = {0};
-    pl.p.n = 16 + (uint64_t)(d[0] | d[1] << 8) % 2033;
+    /* Up to 8192: above 4096 candidates the exact selection takes over, a
+     * path smaller buffers never reach. */
+    pl.p.n = 16 + (uint64_t)(d[0] | d[1] << 8) % 8177;
     pl.p.k = 1 + (uint64_t)(d[2] | d[3] << 8) % pl.p.n;
     pl.p.momentum = momenta[d[4] & 3];
     pl.p.nesterov = (d[4] >> 2) & 1;

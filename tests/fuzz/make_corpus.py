@@ -69,7 +69,8 @@ def decode_seeds():
     s["bad_step"] = decode_seed(2, 40, 3, 6, 0x04, [good(), payload(0, 7, 40, 3, [])])
     s["bad_n"] = decode_seed(2, 40, 3, 6, 0x06, [payload(0, 6, 41, 3, []), good()])
     s["bad_k"] = decode_seed(2, 40, 3, 6, 0x02, [good(), payload(0, 6, 40, 4, [])])
-    s["bad_index_eq_n"] = decode_seed(3, 40, 3, 6, 0x02, [good(), good(), payload(0, 6, 40, 3, [(1, 1.0), (2, 2.0), (40, 3.0)])])
+    s["bad_index_eq_n"] = decode_seed(3, 40, 3, 6, 0x02, [
+        good(), good(), payload(0, 6, 40, 3, [(1, 1.0), (2, 2.0), (40, 3.0)])])
     s["bad_index_max"] = decode_seed(1, 40, 3, 6, 0x09, [payload(0, 6, 40, 3, [(0xFFFFFFFF, 1.0)])])
     s["bad_index_stamped"] = decode_seed(2, 40, 3, 6, 0x08, [
         b"\0" * 32 + struct.pack("<III", 5, 39, 41) + b"\0" * 12, good()])
@@ -81,7 +82,7 @@ def decode_seeds():
 def engine_seed(n, k, momentum=0, nesterov=0, masking=1, clip=0, steps=1, ratio=0, nranks=1, tame=1,
                 in_place=0, g_off=0, out_off=0, grad=b""):
     """The choice bytes of fuzz_engine (table indices, as there), then gradient bytes."""
-    assert 16 <= n <= 2048 and 1 <= k <= n
+    assert 16 <= n <= 8192 and 1 <= k <= n
     head = struct.pack("<HH", n - 16, k - 1) + bytes([
         momentum | nesterov << 2 | masking << 3 | clip << 4 | (steps - 1) << 6,
         ratio | (nranks - 1) << 3 | tame << 6 | in_place << 7,
@@ -109,6 +110,9 @@ def engine_seeds():
     s["separate_out_offset"] = engine_seed(129, 7, out_off=13, g_off=1, grad=gauss(129))
     s["all_zero"] = engine_seed(64, 8, steps=2)
     s["ties"] = engine_seed(200, 50, steps=2, grad=floats([1.5]))
+    # 6000 equal values and k = 10: every one reaches the sampled threshold,
+    # more than the 4096 candidates kept, so the exact selection runs.
+    s["ties_exact_fallback"] = engine_seed(6000, 10, steps=2, ratio=5, grad=floats([0.25]))
     s["nan_then_finite"] = engine_seed(32, 4, steps=2, tame=0, grad=floats([1.0] * 31 + [float("nan")]) + gauss(32))
     s["inf_with_clip"] = engine_seed(48, 3, clip=2, momentum=1, tame=0, grad=floats([float("inf")] + [0.5] * 47))
     s["overflow"] = engine_seed(16, 2, steps=3, tame=0, grad=floats([3e38, -3e38] * 8))
