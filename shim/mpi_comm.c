@@ -17,9 +17,9 @@
 #include "log.h"
 #include "mpi_internal.h"
 
-/* Bytes of each payload exchanged first: all of a small payload, else the
- * part that tells every rank whether the others could take part. The
- * reserve is (nranks + 1) of them, so it stays near 1 MiB for any size. */
+/* The largest payload exchanged in one all-gather; a larger one goes after an
+ * all-gather of the headers alone (mpi_exchange.c). The reserve is
+ * (nranks + 1) of them, so it stays near 1 MiB for any size. */
 static size_t head_bytes(int nranks) {
     size_t h = ((size_t)1 << 20) / (size_t)nranks;
     if (h > ((size_t)64 << 10)) h = (size_t)64 << 10;

@@ -3,18 +3,20 @@
  * A rank never leaves the collective on a decision of its own. When it has
  * no memory for its state or scratch (DGC_PART_FAILED), or may not create a
  * state under its DGC_MAX_STATE_MB budget (DGC_PART_DENSE), it still takes
- * part, with a payload whose header says so. Payloads are exchanged in two
- * all-gathers when they are larger than the communicator's head size: the
- * head (every header among it) first, into memory the communicator reserved
- * when it was attached, so a rank that could not allocate its receive buffer
- * still receives it; after the head every rank knows what every other rank
- * could do, and all take the same branch:
+ * part, with a payload whose header says so, sent from and received into
+ * memory its communicator reserved when it was attached. A payload that fits
+ * that reserve goes in one all-gather; a larger one is preceded by an
+ * all-gather of the headers alone (32 bytes a rank), so that a rank that
+ * could not allocate its receive buffer still learns what the others could
+ * do. After the headers every rank takes the same branch:
  *   - some rank failed: every rank fails the call with MPI_ERR_NO_MEM, naming
  *     it, and nothing is committed anywhere (the step counter goes back too);
  *   - some rank is over budget: the call is summed densely (that rank's
  *     gradient, the others' selected pairs) by MPI_Allreduce;
- *   - otherwise the tails follow and the call completes as DGC.
- * A small payload fits its head whole: one all-gather, as before. */
+ *   - otherwise the payloads follow, if they have not already, and the call
+ *     completes as DGC.
+ * The headers' round costs one small all-gather's latency, on payloads large
+ * enough that it is a small part of their time. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -23,80 +25,51 @@
 #include "log.h"
 #include "mpi_internal.h"
 
+#define HEADER_WORDS ((int)(sizeof(dgc_wire_header) / 8))
+
 static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* The gathered layout for a split exchange: head or tail words of each
- * rank's payload land at offset rank * bytes, so gathered holds whole
- * payloads back to back, as the decoder reads them. */
-static int spaced_type(size_t words, size_t bytes, MPI_Datatype *out) {
-    MPI_Datatype run;
-    if (PMPI_Type_contiguous((int)words, MPI_UINT64_T, &run) != MPI_SUCCESS) return -1;
-    int rc = PMPI_Type_create_resized(run, 0, (MPI_Aint)bytes, out);
-    PMPI_Type_free(&run);
-    if (rc != MPI_SUCCESS) return -1;
-    if (PMPI_Type_commit(out) != MPI_SUCCESS) {
-        PMPI_Type_free(out);
-        return -1;
-    }
-    return 0;
-}
-
 typedef struct {
-    size_t bytes, head;        /* a payload, and how much of it goes first */
-    MPI_Datatype head_t, tail_t; /* MPI_DATATYPE_NULL unless split and taking part with state */
+    size_t bytes; /* one payload */
+    int whole;    /* it fits the reserve: one all-gather carries everything */
 } layout;
-
-static int split(const layout *l) { return l->bytes > l->head; }
-
-static void free_types(layout *l) {
-    if (l->head_t != MPI_DATATYPE_NULL) PMPI_Type_free(&l->head_t);
-    if (l->tail_t != MPI_DATATYPE_NULL) PMPI_Type_free(&l->tail_t);
-}
 
 /* This rank's part before any exchange: compress (state), or nothing. Turns
  * local into DGC_PART_FAILED when memory runs short. */
-static int prepare(dgc_buffer *b, int local, const float *g, float *work, const dgc_step_params *p, layout *l) {
+static int prepare(dgc_buffer *b, int local, const float *g, float *work, const dgc_step_params *p) {
     if (local != DGC_PART_STATE) return local;
-    if (dgc_registry_reserve(b, l->bytes, p->nranks)) {
-        DGC_ERROR("no memory for the %zu-byte exchange buffers of a %llu-element buffer", l->bytes * (p->nranks + 1),
+    size_t bytes = dgc_wire_bytes(p->k);
+    if (dgc_registry_reserve(b, bytes, p->nranks)) {
+        DGC_ERROR("no memory for the %zu-byte exchange buffers of a %llu-element buffer", bytes * (p->nranks + 1),
                   (unsigned long long)b->count);
         return DGC_PART_FAILED;
     }
-    if (dgc_compress_zeroing(b->state, g, p, b->payload, work) < 0) {
-        dgc_registry_account(b);
-        DGC_ERROR("no memory for the selection scratch of a %llu-element buffer", (unsigned long long)b->count);
-        return DGC_PART_FAILED;
-    }
+    int rc = dgc_compress_zeroing(b->state, g, p, b->payload, work);
     dgc_registry_account(b);
-    if (split(l) && (spaced_type(l->head / 8, l->bytes, &l->head_t) ||
-                     spaced_type((l->bytes - l->head) / 8, l->bytes, &l->tail_t))) {
-        dgc_discard(b->state);
-        DGC_ERROR("could not create the exchange's MPI datatypes");
+    if (rc < 0) {
+        DGC_ERROR("no memory for the selection scratch of a %llu-element buffer", (unsigned long long)b->count);
         return DGC_PART_FAILED;
     }
     return DGC_PART_STATE;
 }
 
-/* The first all-gather. Returns its MPI result; *base and *stride locate the
- * received headers. */
-static int exchange_head(dgc_comm *c, dgc_buffer *b, int local, const dgc_step_params *p, layout *l, MPI_Comm comm,
-                         const char **base, size_t *stride) {
-    int words = (int)(l->head / 8);
-    if (local == DGC_PART_STATE) {
-        *base = b->gathered;
-        *stride = l->bytes;
-        return split(l) ? PMPI_Allgather(b->payload, words, MPI_UINT64_T, b->gathered, 1, l->head_t, comm)
-                        : PMPI_Allgather(b->payload, words, MPI_UINT64_T, b->gathered, words, MPI_UINT64_T, comm);
-    }
+/* The first all-gather: whole payloads when they fit the reserve, else the
+ * headers alone. A rank without state sends a header that says why, from the
+ * reserve, and receives into it. Returns the MPI result; *base and *stride
+ * locate the received headers. */
+static int exchange_first(dgc_comm *c, dgc_buffer *b, int local, const dgc_step_params *p, const layout *l,
+                          MPI_Comm comm, const char **base, size_t *stride) {
+    int words = l->whole ? (int)(l->bytes / 8) : HEADER_WORDS;
     char *send = c->reserve, *recv = send + c->head;
-    dgc_wire_flag_only(send, local == DGC_PART_FAILED ? DGC_WIRE_FAILED : DGC_WIRE_DENSE, p->step,
-                       p->n, p->k);
+    if (local == DGC_PART_STATE) send = b->payload;
+    else dgc_wire_flag_only(send, local == DGC_PART_FAILED ? DGC_WIRE_FAILED : DGC_WIRE_DENSE, p->step, p->n, p->k);
+    if (local == DGC_PART_STATE && l->whole) recv = b->gathered;
     *base = recv;
-    *stride = l->head;
+    *stride = (size_t)words * 8;
     return PMPI_Allgather(send, words, MPI_UINT64_T, recv, words, MPI_UINT64_T, comm);
 }
 
@@ -155,13 +128,13 @@ static void count_call(dgc_buffer *b, const layout *l, double seconds) {
     b->stats.last_wire_bytes = l->bytes;
 }
 
-/* All ranks took part with state: the tails, then decode and commit. */
-static int sparse_path(dgc_buffer *b, float *work, const dgc_step_params *p, layout *l, MPI_Comm comm,
+/* All ranks took part with state: the payloads if only the headers came yet,
+ * then decode and commit. */
+static int sparse_path(dgc_buffer *b, float *work, const dgc_step_params *p, const layout *l, MPI_Comm comm,
                        const dgc_config *cfg, double engine_seconds) {
-    if (split(l)) {
-        int words = (int)((l->bytes - l->head) / 8);
-        int rc = PMPI_Allgather((char *)b->payload + l->head, words, MPI_UINT64_T, (char *)b->gathered + l->head, 1,
-                                l->tail_t, comm);
+    if (!l->whole) {
+        int words = (int)(l->bytes / 8);
+        int rc = PMPI_Allgather(b->payload, words, MPI_UINT64_T, b->gathered, words, MPI_UINT64_T, comm);
         if (rc != MPI_SUCCESS) {
             dgc_discard(b->state);
             return rc;
@@ -190,57 +163,60 @@ static void report_failed(const dgc_wire_summary *s, uint64_t n) {
               s->first_failed, s->failed > 1 ? " and others" : "", (unsigned long long)n);
 }
 
+/* Drops this rank's uncommitted update. */
+static void abandon(dgc_buffer *b, int local) {
+    if (local == DGC_PART_STATE) dgc_discard(b->state);
+}
+
+/* Some rank's gradient held Inf or NaN: a skipped step, no state changes
+ * anywhere, the output all NaN so that the framework sees it. */
+static int skip_nonfinite(dgc_buffer *b, int local, float *work, const dgc_step_params *p, const layout *l,
+                          double engine_seconds) {
+    fill_nan(work, p->n);
+    if (local == DGC_PART_STATE) {
+        count_call(b, l, engine_seconds);
+        b->stats.nonfinite++;
+    }
+    abandon(b, local);
+    DGC_INFO("step %llu on a %llu-element buffer held Inf/NaN on some rank: output set to NaN, "
+             "residual and momentum kept as they were", (unsigned long long)p->step, (unsigned long long)p->n);
+    return MPI_SUCCESS;
+}
+
 int dgc_mpi_exchange(dgc_comm *c, dgc_buffer *b, int local, const float *g, float *work, const dgc_step_params *p,
                      MPI_Comm comm, const dgc_config *cfg) {
-    uint64_t n = p->n;
-    layout l = {dgc_wire_bytes(p->k), 0, MPI_DATATYPE_NULL, MPI_DATATYPE_NULL};
-    l.head = l.bytes < c->head ? l.bytes : c->head;
+    layout l = {dgc_wire_bytes(p->k), 0};
+    l.whole = l.bytes <= c->head;
     double t0 = now();
-    local = prepare(b, local, g, work, p, &l);
+    local = prepare(b, local, g, work, p);
     double engine_seconds = now() - t0;
+    if (local != DGC_PART_STATE) b = NULL;
     const char *base;
     size_t stride;
-    int rc = exchange_head(c, local == DGC_PART_STATE ? b : NULL, local, p, &l, comm, &base, &stride);
+    int rc = exchange_first(c, b, local, p, &l, comm, &base, &stride);
     if (rc != MPI_SUCCESS) { /* MPI's own error, already handed to the handler */
-        if (local == DGC_PART_STATE) dgc_discard(b->state);
-        free_types(&l);
+        abandon(b, local);
         return rc;
     }
     dgc_wire_summary sum;
     char err[256];
-    if (dgc_wire_scan(base, stride, p->nranks, p->step, n, p->k, &sum, err, sizeof err) != DGC_DECODE_OK) {
-        if (local == DGC_PART_STATE) dgc_discard(b->state);
-        free_types(&l);
+    if (dgc_wire_scan(base, stride, p->nranks, p->step, p->n, p->k, &sum, err, sizeof err) != DGC_DECODE_OK) {
+        abandon(b, local);
         DGC_ERROR("%s", err);
         return dgc_mpi_fail(comm, MPI_ERR_OTHER);
     }
     if (sum.failed) {
-        if (local == DGC_PART_STATE) dgc_discard(b->state);
-        free_types(&l);
-        dgc_registry_undo_step(c, n);
+        abandon(b, local);
+        dgc_registry_undo_step(c, p->n);
         dgc_registry_count_failed();
-        report_failed(&sum, n);
+        report_failed(&sum, p->n);
         return dgc_mpi_fail(comm, MPI_ERR_NO_MEM);
     }
-    if (sum.nonfinite) { /* a skipped step: no state changes anywhere */
-        fill_nan(work, n);
-        if (local == DGC_PART_STATE) {
-            dgc_discard(b->state);
-            count_call(b, &l, engine_seconds);
-            b->stats.nonfinite++;
-        }
-        free_types(&l);
-        DGC_INFO("step %llu on a %llu-element buffer held Inf/NaN on some rank: output set to NaN, "
-                 "residual and momentum kept as they were", (unsigned long long)p->step, (unsigned long long)n);
-        return MPI_SUCCESS;
-    }
+    if (sum.nonfinite) return skip_nonfinite(b, local, work, p, &l, engine_seconds);
     if (sum.dense) {
-        free_types(&l);
-        rc = dense_path(local == DGC_PART_STATE ? b : NULL, local, g, work, n, p, comm);
-        if (local == DGC_PART_STATE) count_call(b, &l, engine_seconds);
+        rc = dense_path(b, local, g, work, p->n, p, comm);
+        if (b) count_call(b, &l, engine_seconds);
         return rc;
     }
-    rc = sparse_path(b, work, p, &l, comm, cfg, engine_seconds);
-    free_types(&l);
-    return rc;
+    return sparse_path(b, work, p, &l, comm, cfg, engine_seconds);
 }

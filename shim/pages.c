@@ -46,10 +46,16 @@ void *dgc_pages_alloc(size_t bytes) {
     }
     size_t len = mapped_length(bytes);
     void *p = map_aligned(len, len >= HUGE_PAGE ? HUGE_PAGE : page_size());
+    if (!p) return NULL;
 #ifdef MADV_HUGEPAGE
-    if (p && len >= HUGE_PAGE) madvise(p, len, MADV_HUGEPAGE); /* advice only: failure changes nothing */
+    if (len >= HUGE_PAGE) madvise(p, len, MADV_HUGEPAGE); /* advice only: failure changes nothing */
 #endif
-    return p; /* fresh anonymous pages read as zero */
+    /* Fresh pages read as zero already; writing them now takes the page
+     * faults (and the kernel's huge-page compaction) here, when a state is
+     * created, instead of inside a later call's update pass, which would
+     * then run several times slower. */
+    memset(p, 0, len);
+    return p;
 }
 
 void dgc_pages_free(void *p, size_t bytes) {

@@ -33,7 +33,7 @@ typedef struct {
     int check;           /* DGC_CHECK_*; FAILED stays failed */
     int check_reported;  /* the failed check was logged on a later call */
     uint64_t calls;      /* compressed calls so far: the same count on every rank */
-    size_t head;         /* bytes of each payload exchanged first (a multiple of 8) */
+    size_t head;         /* the largest payload exchanged in one all-gather (a multiple of 8) */
     void *reserve;       /* head bytes to send + nranks * head to receive, reserved ahead */
     uint64_t live, created; /* buffer states on it now, and ever */
     int growth_warned, budget_warned;
@@ -64,9 +64,9 @@ typedef struct {
  * arrive in the same order everywhere). */
 #define DGC_COUNTS_PER_COMM 4096
 
-/* Opens a record for a communicator of nranks ranks whose payloads start
- * with head bytes exchanged on their own; reserves the memory a failing rank
- * needs. NULL when memory is short. */
+/* Opens a record for a communicator of nranks ranks whose payloads up to
+ * head bytes go in one all-gather; reserves the memory a rank without state
+ * needs to take part. NULL when memory is short. */
 dgc_comm *dgc_registry_comm_open(int nranks, size_t head);
 
 /* The open record with this id, or NULL. */

@@ -98,8 +98,12 @@ set(FAILS --check $<TARGET_FILE:failure_check> ${EXACT})
 # The last rank cannot allocate its state: every rank returns MPI_ERR_NO_MEM
 # from that call (none hangs), the log names the rank, and the call repeated
 # gives the fresh first step.
+# 8M floats: payloads larger than the communicator's reserve (headers go
+# first); 800000: a payload that fits it (one all-gather).
 mpi_case(one_rank_out_of_memory ${FAILS}
          --grep "rank 3 could not get the memory this call needs" -- nomem)
+mpi_case(one_rank_out_of_memory_small_payload ${FAILS}
+         --grep "rank 3 could not get the memory this call needs" -- nomem --n 800000 --headroom 2)
 # Spawned ranks with another DGC_SPARSITY merged in: the first compressed
 # call and every later one fail on every rank; the log tells the jobs apart.
 mpi_case(spawned_ranks_disagree ${FAILS} -n 2 --btl self,vader,tcp

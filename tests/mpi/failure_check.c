@@ -4,9 +4,10 @@
  * Compressed calls run with DGC_SAMPLE_RATIO=1 (exact top-k) where a result
  * is compared with the fresh-state reference (test_common.c).
  *
- *   failure_check nomem
- *       the last rank's address space is capped so that its state cannot be
- *       allocated: every rank must get MPI_ERR_NO_MEM from the same call
+ *   failure_check nomem [--n N] [--headroom MB]
+ *       the last rank's address space is capped (MB above what it maps now)
+ *       so that its state cannot be allocated: every rank must get
+ *       MPI_ERR_NO_MEM from the same call
  *       (none may hang), and the call repeated once the cap is lifted must
  *       give the fresh first step: nothing was committed anywhere
  *   failure_check spawn_mismatch
@@ -62,8 +63,7 @@ static void expect_class_everywhere(int rc, int want, MPI_Comm comm, const char 
 }
 
 /* ---- a rank out of memory ---- */
-static void mode_nomem(void) {
-    const long n = 8 << 20; /* 32 MiB of floats: the state wants 64 MiB */
+static void mode_nomem(long n, long headroom_mb) {
     const long k = k_for(n, 0.01);
     float *g = malloc((size_t)n * sizeof *g), *out = malloc((size_t)n * sizeof *out);
     long step = 0;
@@ -74,7 +74,7 @@ static void mode_nomem(void) {
     struct rlimit old, capped;
     getrlimit(RLIMIT_AS, &old);
     capped = old;
-    capped.rlim_cur = (rlim_t)(vm_size_kb() + 24 * 1024) * 1024; /* room for MPI, not for the state */
+    capped.rlim_cur = (rlim_t)(vm_size_kb() + headroom_mb * 1024) * 1024; /* room for MPI, not for the state */
     if (victim && setrlimit(RLIMIT_AS, &capped) != 0) fail("cannot cap the address space");
     int rc = MPI_Allreduce(g, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     if (victim && setrlimit(RLIMIT_AS, &old) != 0) fail("cannot lift the address-space cap");
@@ -205,13 +205,18 @@ static void mode_threads(int nthreads) {
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
-    int threads = argc > 3 && !strcmp(argv[2], "--threads") ? atoi(argv[3]) : 4;
+    long threads = 4, n = 8 << 20, headroom = 24; /* nomem: 32 MiB of floats, the state wants 64 */
+    for (int i = 2; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--threads")) threads = atol(argv[i + 1]);
+        else if (!strcmp(argv[i], "--n")) n = atol(argv[i + 1]);
+        else if (!strcmp(argv[i], "--headroom")) headroom = atol(argv[i + 1]);
+    }
     test_init(&argc, &argv, !strcmp(mode, "threads") ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE);
-    if (!strcmp(mode, "nomem")) mode_nomem();
+    if (!strcmp(mode, "nomem")) mode_nomem(n, headroom);
     else if (!strcmp(mode, "spawn_mismatch")) mode_spawn_parent();
     else if (!strcmp(mode, "spawn_child")) mode_spawn_child();
     else if (!strcmp(mode, "comm_null")) mode_comm_null();
-    else if (!strcmp(mode, "threads")) mode_threads(threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads);
+    else if (!strcmp(mode, "threads")) mode_threads(threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : (int)threads);
     else fail("unknown mode '%s'", mode);
     MPI_Finalize();
     return 0;
