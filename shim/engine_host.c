@@ -130,18 +130,14 @@ const float *dgc_state_residual(const dgc_state *s) { return s->v; }
 const float *dgc_state_momentum(const dgc_state *s) { return s->u; }
 uint64_t dgc_last_selected(const dgc_state *s) { return s->nsel; }
 
-/* Makes *buf hold want elements. Contents are not kept: every user fills
- * its array afresh. A block far larger than needed (warm-up is over, or the
- * exact fallback ran once) is given back rather than kept for ever. */
+/* Makes *buf hold want elements (dgc_pages_fit, counted in elements). A
+ * block over 4 times the need (warm-up is over, or the exact fallback ran
+ * once) is given back. */
 static int fit(void **buf, uint64_t *cap, uint64_t want, size_t elem) {
-    int shrink = *cap > 4 * want && (*cap - want) * elem > ((size_t)64 << 10);
-    if (*cap >= want && !shrink) return 0;
-    dgc_pages_free(*buf, (size_t)*cap * elem);
-    *cap = 0;
-    *buf = dgc_pages_alloc((size_t)want * elem);
-    if (!*buf) return -1;
-    *cap = want;
-    return 0;
+    size_t bytes = (size_t)*cap * elem;
+    int rc = dgc_pages_fit(buf, &bytes, (size_t)want * elem, 4);
+    *cap = bytes / elem;
+    return rc;
 }
 
 /* Room for cap candidates, indices and values alike. */

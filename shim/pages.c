@@ -38,23 +38,23 @@ static void *map_aligned(size_t len, size_t align) {
 }
 
 void *dgc_pages_alloc(size_t bytes) {
+    size_t len;
+    void *p;
     if (bytes < MAPPED_MIN) {
-        size_t len = round_up(bytes ? bytes : 1, 64);
-        void *p = aligned_alloc(64, len);
-        if (p) memset(p, 0, len);
-        return p;
-    }
-    size_t len = mapped_length(bytes);
-    void *p = map_aligned(len, len >= HUGE_PAGE ? HUGE_PAGE : page_size());
-    if (!p) return NULL;
+        len = round_up(bytes ? bytes : 1, 64);
+        p = aligned_alloc(64, len);
+    } else {
+        len = mapped_length(bytes);
+        p = map_aligned(len, len >= HUGE_PAGE ? HUGE_PAGE : page_size());
 #ifdef MADV_HUGEPAGE
-    if (len >= HUGE_PAGE) madvise(p, len, MADV_HUGEPAGE); /* advice only: failure changes nothing */
+        if (p && len >= HUGE_PAGE) madvise(p, len, MADV_HUGEPAGE); /* advice only: failure changes nothing */
 #endif
-    /* Fresh pages read as zero already; writing them now takes the page
-     * faults (and the kernel's huge-page compaction) here, when a state is
-     * created, instead of inside a later call's update pass, which would
+    }
+    /* Fresh mapped pages read as zero already; writing them now takes the
+     * page faults (and the kernel's huge-page compaction) here, when a state
+     * is created, instead of inside a later call's update pass, which would
      * then run several times slower. */
-    memset(p, 0, len);
+    if (p) memset(p, 0, len);
     return p;
 }
 
@@ -62,6 +62,17 @@ void dgc_pages_free(void *p, size_t bytes) {
     if (!p) return;
     if (bytes < MAPPED_MIN) free(p);
     else munmap(p, mapped_length(bytes));
+}
+
+int dgc_pages_fit(void **p, size_t *cap, size_t want, size_t slack) {
+    int shrink = *cap > slack * want && *cap - want > ((size_t)64 << 10);
+    if (*cap >= want && !shrink) return 0;
+    dgc_pages_free(*p, *cap);
+    *cap = 0;
+    *p = dgc_pages_alloc(want);
+    if (!*p) return -1;
+    *cap = want;
+    return 0;
 }
 
 size_t dgc_pages_footprint(size_t bytes) {

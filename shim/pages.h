@@ -19,6 +19,13 @@ void *dgc_pages_alloc(size_t bytes);
 /* Frees a block from dgc_pages_alloc(bytes); NULL is ignored. */
 void dgc_pages_free(void *p, size_t bytes);
 
+/* Makes *p a block of at least want bytes (*cap: its size as asked for),
+ * contents not kept: its users fill it afresh each time. A block more than
+ * slack times larger than want, by more than 64 KiB, is given back and
+ * replaced (warm-up's buffers are hundreds of times the steady state's).
+ * Returns 0, or -1 with *p NULL and *cap 0 when memory is short. */
+int dgc_pages_fit(void **p, size_t *cap, size_t want, size_t slack);
+
 /* What a block of bytes takes from the system, rounding included: the
  * figure the shim's memory accounting adds up. */
 size_t dgc_pages_footprint(size_t bytes);

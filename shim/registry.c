@@ -244,22 +244,12 @@ dgc_create_result dgc_registry_create(dgc_comm *c, const void *send, const void 
     return DGC_CREATED;
 }
 
-/* Makes *p hold want bytes, contents not kept. Room beyond twice the need
- * (and beyond 64 KiB) is given back: warm-up's payloads are hundreds of
- * times the steady state's. */
-static int fit(void **p, size_t *cap, size_t want) {
-    int shrink = *cap > 2 * want && *cap - want > ((size_t)64 << 10);
-    if (*cap >= want && !shrink) return 0;
-    dgc_pages_free(*p, *cap);
-    *cap = 0;
-    *p = dgc_pages_alloc(want);
-    if (!*p) return -1;
-    *cap = want;
-    return 0;
-}
+/* Room beyond twice the need is given back. */
+#define EXCHANGE_SLACK 2
 
 int dgc_registry_reserve(dgc_buffer *b, size_t bytes, int nranks) {
-    int rc = fit(&b->payload, &b->payload_cap, bytes) || fit(&b->gathered, &b->gathered_cap, bytes * (size_t)nranks);
+    int rc = dgc_pages_fit(&b->payload, &b->payload_cap, bytes, EXCHANGE_SLACK) ||
+             dgc_pages_fit(&b->gathered, &b->gathered_cap, bytes * (size_t)nranks, EXCHANGE_SLACK);
     dgc_registry_account(b);
     return rc ? -1 : 0;
 }

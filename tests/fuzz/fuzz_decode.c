@@ -21,15 +21,7 @@
 #include <string.h>
 
 #include "dgcshim/wire.h"
-
-/* A check that fails aborts, naming itself: libFuzzer saves the input. */
-#define CHECK(c)                                                                          \
-    do {                                                                                  \
-        if (!(c)) {                                                                       \
-            fprintf(stderr, "fuzz_decode: check failed: %s (%s:%d)\n", #c, __FILE__, __LINE__); \
-            abort();                                                                      \
-        }                                                                                 \
-    } while (0)
+#include "fuzz_check.h"
 
 #define CHOICE_BYTES 6
 #define GUARD 8                   /* floats either side of the output */

@@ -22,14 +22,7 @@
 #include "dgcshim/engine.h"
 #include "dgcshim/update_rules.h"
 #include "dgcshim/wire.h"
-
-#define CHECK(c)                                                                          \
-    do {                                                                                  \
-        if (!(c)) {                                                                       \
-            fprintf(stderr, "fuzz_engine: check failed: %s (%s:%d)\n", #c, __FILE__, __LINE__); \
-            abort();                                                                      \
-        }                                                                                 \
-    } while (0)
+#include "fuzz_check.h"
 
 #define CHOICE_BYTES 7
 #define FILL 0x7f /* what the zeroing pass must overwrite, and its guards keep */

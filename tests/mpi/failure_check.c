@@ -33,17 +33,6 @@
 
 static float grad_at_step(int r, long i, void *ctx) { return grad(r, *(const long *)ctx, i); }
 
-static long vm_size_kb(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, "VmSize:", 7)) kb = atol(line + 7);
-    if (f) fclose(f);
-    if (kb < 0) fail("no VmSize in /proc/self/status");
-    return kb;
-}
-
 /* Every rank of comm must hold the same error class, want. */
 static void expect_class_everywhere(int rc, int want, MPI_Comm comm, const char *what) {
     int cls = MPI_SUCCESS, size;
@@ -74,7 +63,7 @@ static void mode_nomem(long n, long headroom_mb) {
     struct rlimit old, capped;
     getrlimit(RLIMIT_AS, &old);
     capped = old;
-    capped.rlim_cur = (rlim_t)(vm_size_kb() + headroom_mb * 1024) * 1024; /* room for MPI, not for the state */
+    capped.rlim_cur = (rlim_t)(status_kb("VmSize") + headroom_mb * 1024) * 1024; /* room for MPI, not for the state */
     if (victim && setrlimit(RLIMIT_AS, &capped) != 0) fail("cannot cap the address space");
     int rc = MPI_Allreduce(g, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     if (victim && setrlimit(RLIMIT_AS, &old) != 0) fail("cannot lift the address-space cap");

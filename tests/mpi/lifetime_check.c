@@ -127,18 +127,7 @@ static void mode_recycled(const options *o) {
     if (rank == 0) printf("PASS recycled (A's output address %s)\n", a_moved ? "moved" : "stable");
 }
 
-/* ---- resident memory from /proc/self/status, in bytes ---- */
-static long status_kb(const char *field) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kb = -1;
-    size_t len = strlen(field);
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, field, len) && line[len] == ':') kb = atol(line + len + 1);
-    if (f) fclose(f);
-    if (kb < 0) fail("no %s in /proc/self/status", field);
-    return kb;
-}
+/* ---- resident memory, in MiB ---- */
 static double rss_mb(void) { return status_kb("VmRSS") / 1024.0; }
 static double hwm_mb(void) { return status_kb("VmHWM") / 1024.0; }
 

@@ -64,6 +64,18 @@ void check_identical(const float *out, long n, MPI_Comm comm, const char *what) 
     free(all);
 }
 
+long status_kb(const char *field) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    size_t len = strlen(field);
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, field, len) && line[len] == ':') kb = atol(line + len + 1);
+    if (f) fclose(f);
+    if (kb < 0) fail("no %s in /proc/self/status", field);
+    return kb;
+}
+
 long k_for(long n, double density) {
     long k = (long)ceil(density * (double)n * (1.0 - 1e-12));
     return k < 1 ? 1 : k > n ? n : k;

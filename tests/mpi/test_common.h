@@ -27,6 +27,10 @@ void fill_grad(float *g, int r, long s, long n);
 /* Fails unless every rank of comm holds the same n floats at out. */
 void check_identical(const float *out, long n, MPI_Comm comm, const char *what);
 
+/* A field of /proc/self/status in kB ("VmRSS", "VmHWM", "VmSize"); fails
+ * when it is missing. */
+long status_kb(const char *field);
+
 /* k = ceil(density * n), at least 1, forgiving the rounding of 1 - sparsity
  * (0.001 comes out a hair above 0.001 in double). */
 long k_for(long n, double density);
