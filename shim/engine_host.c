@@ -27,9 +27,8 @@
 /* Candidates beyond this many times k trigger the exact fallback. */
 #define CANDIDATE_CAP_FACTOR 8
 #define CANDIDATE_CAP_MIN 4096
-/* The sample is taken in runs of RUN consecutive elements: one cache line
- * per run instead of one per sampled element. */
-#define RUN 16
+/* Sample runs (DGC_SAMPLE_RUN elements: one cache line per run instead of
+ * one per sampled element) prefetched ahead. */
 #define PREFETCH_RUNS 8
 /* Masking after the exchange writes k scattered elements. */
 #define MASK_PREFETCH_AHEAD 16
@@ -104,7 +103,7 @@ void dgc_state_destroy(dgc_state *s) {
 
 /* Candidate room for k slots: about CANDIDATE_FACTOR k are expected, up to
  * CANDIDATE_CAP_FACTOR k are kept before the exact fallback takes over. */
-static uint64_t candidate_cap(uint64_t n, uint64_t k) {
+uint64_t dgc_candidate_cap(uint64_t n, uint64_t k) {
     uint64_t cap = k * CANDIDATE_CAP_FACTOR;
     if (cap < CANDIDATE_CAP_MIN) cap = CANDIDATE_CAP_MIN;
     return cap > n ? n : cap;
@@ -122,7 +121,7 @@ size_t dgc_state_footprint(uint64_t n, int with_momentum, uint64_t k) {
     /* The sample scratch is left out: it is a heap of about 2k * ratio
      * values, or the sample itself, a fraction of the arrays above. */
     return sizeof(dgc_state) + (with_momentum ? 4 : 2) * array_bytes(n, sizeof(float)) +
-           2 * array_bytes(candidate_cap(n, k), sizeof(uint32_t));
+           2 * array_bytes(dgc_candidate_cap(n, k), sizeof(uint32_t));
 }
 
 uint64_t dgc_state_size(const dgc_state *s) { return s->n; }
@@ -173,7 +172,7 @@ static void updated_run(const dgc_state *s, const float *g, uint64_t start, uint
     } else {
         for (uint64_t i = 0; i < len; i++) out[i] = fabsf(dgc_rule_accumulate(v[i], gs[i] * scale));
     }
-    for (uint64_t i = 0; i < len; i++) out[i] = out[i] != out[i] ? INFINITY : out[i];
+    for (uint64_t i = 0; i < len; i++) out[i] = dgc_rule_sample_value(out[i]);
 }
 
 static double sum_squares(const float *g, uint64_t n) {
@@ -187,21 +186,33 @@ static double sum_squares(const float *g, uint64_t n) {
     return t;
 }
 
-static uint64_t xorshift(uint64_t *x) {
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    return *x;
+void dgc_sample_plan_for(uint64_t n, uint64_t k, double sample_ratio, dgc_sample_plan *out) {
+    /* At least MIN_EXPECTED_HITS sampled values are expected above the
+     * threshold, else on small buffers it rests on one or two samples and
+     * payloads go out under-full. */
+    uint64_t m = (uint64_t)ceil(sample_ratio * (double)n);
+    uint64_t floor_m = (uint64_t)ceil((double)MIN_EXPECTED_HITS * (double)n / (double)k);
+    if (m < floor_m) m = floor_m;
+    if (m < 1) m = 1;
+    if (m > n) m = n;
+    uint64_t want = (uint64_t)ceil((double)k * (double)m / (double)n);
+    if (m < n) want *= CANDIDATE_FACTOR;
+    out->whole = m == n;
+    out->runs = (m + DGC_SAMPLE_RUN - 1) / DGC_SAMPLE_RUN;
+    /* Every run is DGC_SAMPLE_RUN long when the strata are; else (a sample
+     * near the whole buffer) each is its whole stratum. */
+    out->count = n / out->runs >= DGC_SAMPLE_RUN ? out->runs * DGC_SAMPLE_RUN : n;
+    if (want < 1) want = 1;
+    if (want > out->count) want = out->count;
+    out->want = want;
 }
 
-/* Where run r of the sample starts, drawn at random inside its stratum; the
- * run's cache lines are prefetched, since the sampling loop is otherwise a
- * chain of misses the hardware prefetcher cannot guess. */
-static uint64_t run_start(const dgc_state *s, const float *g, uint64_t r, uint64_t runs, uint64_t m,
-                          uint64_t *seed) {
-    uint64_t n = s->n, lo = r * n / runs, hi = (r + 1) * n / runs, len = hi - lo < RUN ? hi - lo : RUN;
-    uint64_t start = m == n ? lo : lo + xorshift(seed) % (hi - lo - len + 1);
-    for (uint64_t i = start; i < start + len; i += len - 1 > 0 ? len - 1 : 1) { /* first and last line */
+/* Prefetches run r's first and last cache lines, since the sampling loop is
+ * otherwise a chain of misses the hardware prefetcher cannot guess. */
+static uint64_t run_start(const dgc_state *s, const float *g, const dgc_sample_plan *sp, uint64_t r, uint64_t step,
+                          uint64_t *len) {
+    uint64_t start = dgc_rule_run_start(s->n, sp->runs, r, sp->whole, step, len);
+    for (uint64_t i = start; i < start + *len; i += *len - 1 > 0 ? *len - 1 : 1) {
         __builtin_prefetch(g + i);
         __builtin_prefetch(s->v + i);
         if (s->u) __builtin_prefetch(s->u + i);
@@ -209,47 +220,34 @@ static uint64_t run_start(const dgc_state *s, const float *g, uint64_t r, uint64
     return start;
 }
 
-/* Threshold from a stratified sample of the updated |v|: one random run of
- * RUN elements per stratum, the strata tiling the buffer. With a ratio of 1
- * the sample is the whole buffer and the threshold is exact. */
+/* Threshold from a stratified sample of the updated |v| (dgc_sample_plan):
+ * the want-th largest of it, exact. With a whole-buffer sample the threshold
+ * is the exact k-th largest. */
 static int sampled_threshold(dgc_state *s, const float *g, float scale, const dgc_step_params *p,
                              float *thr) {
-    uint64_t n = s->n;
-    /* At least MIN_EXPECTED_HITS sampled values are expected above the
-     * threshold, else on small buffers it rests on one or two samples and
-     * payloads go out under-full. */
-    uint64_t m = (uint64_t)ceil(p->sample_ratio * (double)n);
-    uint64_t floor_m = (uint64_t)ceil((double)MIN_EXPECTED_HITS * (double)n / (double)p->k);
-    if (m < floor_m) m = floor_m;
-    if (m < 1) m = 1;
-    if (m > n) m = n;
-    uint64_t want = (uint64_t)ceil((double)p->k * (double)m / (double)n);
-    if (m < n) want *= CANDIDATE_FACTOR;
-    if (want < 1) want = 1;
-    if (want > m) want = m;
+    dgc_sample_plan sp;
+    dgc_sample_plan_for(s->n, p->k, p->sample_ratio, &sp);
     /* A small want (the usual case) keeps a heap of the want largest as the
      * sample is drawn; a large one (warm-up, ratio 1) stores the sample and
      * runs quickselect on it. */
-    int use_heap = want * HEAP_FACTOR <= m;
-    if (fit((void **)&s->scratch, &s->scratch_cap, use_heap ? want : m, sizeof(float))) return -1;
+    int use_heap = sp.want * HEAP_FACTOR <= sp.count;
+    if (fit((void **)&s->scratch, &s->scratch_cap, use_heap ? sp.want : sp.count, sizeof(float))) return -1;
     dgc_topk_heap heap;
-    dgc_topk_heap_init(&heap, s->scratch, want);
-    uint64_t runs = (m + RUN - 1) / RUN, seed = (p->step + 1) * 0x9e3779b97f4a7c15ull, j = 0;
-    uint64_t starts[PREFETCH_RUNS];
-    for (uint64_t r = 0; r < runs && r < PREFETCH_RUNS; r++) starts[r] = run_start(s, g, r, runs, m, &seed);
-    for (uint64_t r = 0; r < runs && j < m; r++) {
-        uint64_t lo = r * n / runs, hi = (r + 1) * n / runs, len = hi - lo < RUN ? hi - lo : RUN;
-        uint64_t start = starts[r % PREFETCH_RUNS];
-        if (r + PREFETCH_RUNS < runs) starts[r % PREFETCH_RUNS] = run_start(s, g, r + PREFETCH_RUNS, runs, m, &seed);
-        float vals[RUN];
+    dgc_topk_heap_init(&heap, s->scratch, sp.want);
+    uint64_t starts[PREFETCH_RUNS], lens[PREFETCH_RUNS], j = 0;
+    for (uint64_t r = 0; r < sp.runs && r < PREFETCH_RUNS; r++) starts[r] = run_start(s, g, &sp, r, p->step, &lens[r]);
+    for (uint64_t r = 0; r < sp.runs; r++) {
+        uint64_t start = starts[r % PREFETCH_RUNS], len = lens[r % PREFETCH_RUNS];
+        if (r + PREFETCH_RUNS < sp.runs)
+            starts[r % PREFETCH_RUNS] = run_start(s, g, &sp, r + PREFETCH_RUNS, p->step, &lens[r % PREFETCH_RUNS]);
+        float vals[DGC_SAMPLE_RUN];
         updated_run(s, g, start, len, scale, p, vals);
-        for (uint64_t i = 0; i < len && j < m; i++, j++) {
+        for (uint64_t i = 0; i < len; i++, j++) {
             if (use_heap) dgc_topk_heap_push(&heap, vals[i]);
             else s->scratch[j] = vals[i];
         }
     }
-    if (want > j) want = j; /* short strata can leave the sample below m */
-    *thr = use_heap ? dgc_topk_heap_min(&heap) : dgc_topk_kth_largest(s->scratch, j, want - 1);
+    *thr = use_heap ? dgc_topk_heap_min(&heap) : dgc_topk_kth_largest(s->scratch, j, sp.want - 1);
     return 0;
 }
 
@@ -306,7 +304,7 @@ int dgc_compress(dgc_state *s, const float *g, const dgc_step_params *p, void *p
 int dgc_compress_zeroing(dgc_state *s, const float *g, const dgc_step_params *p, void *payload, float *out) {
     float *zero = out && ((uintptr_t)out % sizeof(float)) == 0 ? out : NULL;
     s->nsel = 0;
-    if (fit_candidates(s, candidate_cap(s->n, p->k))) return -1;
+    if (fit_candidates(s, dgc_candidate_cap(s->n, p->k))) return -1;
 
     float scale = 1.0f;
     if (p->clip_norm > 0) scale = dgc_rule_clip_scale(sum_squares(g, s->n), p->clip_norm, p->nranks);

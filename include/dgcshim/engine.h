@@ -43,6 +43,21 @@ typedef struct {
     double sample_ratio;  /* DGC_SAMPLE_RATIO */
 } dgc_step_params;
 
+/* The threshold sample of one call, shared by the host and CUDA engines so
+ * that both pick the same threshold: runs of DGC_SAMPLE_RUN elements
+ * (update_rules.h), count values in all, and the threshold is the want-th
+ * largest of them (exact: want <= count). whole: the sample is the buffer. */
+typedef struct {
+    uint64_t runs, count, want;
+    int whole;
+} dgc_sample_plan;
+
+void dgc_sample_plan_for(uint64_t n, uint64_t k, double sample_ratio, dgc_sample_plan *out);
+
+/* Candidate room a state keeps for k slots: more candidates than this and
+ * the selection falls back to an exact top k over the whole buffer. */
+uint64_t dgc_candidate_cap(uint64_t n, uint64_t k);
+
 typedef struct dgc_state dgc_state;
 
 /* State for an n-element buffer; momentum arrays only when with_momentum.

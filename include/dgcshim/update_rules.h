@@ -61,4 +61,37 @@ DGC_HOSTDEV int dgc_rule_selected(float v, float thr) {
     return (a >= thr) & (a > 0.0f);
 }
 
+/* The threshold sample, the same on host and device: the buffer is cut into
+ * runs equal strata; stratum r (elements [r*n/runs, (r+1)*n/runs)) gives one
+ * run of up to DGC_SAMPLE_RUN consecutive elements, starting at a position
+ * drawn from (step, r) alone, so that both engines (and every thread of a
+ * kernel) compute it independently. whole: the runs tile the buffer (the
+ * sample is all of it). Returns the run's first element; *len its length. */
+#define DGC_SAMPLE_RUN 16
+
+DGC_HOSTDEV uint64_t dgc_rule_mix(uint64_t x) { /* splitmix64's finaliser */
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+DGC_HOSTDEV uint64_t dgc_rule_run_start(uint64_t n, uint64_t runs, uint64_t r, int whole, uint64_t step,
+                                        uint64_t *len) {
+    uint64_t lo = r * n / runs, hi = (r + 1) * n / runs;
+    uint64_t l = hi - lo < DGC_SAMPLE_RUN ? hi - lo : DGC_SAMPLE_RUN;
+    *len = l;
+    if (whole) return lo;
+    uint64_t draw = dgc_rule_mix((step + 1) * 0x9e3779b97f4a7c15ull + r);
+    return lo + draw % (hi - lo - l + 1);
+}
+
+/* A sampled value: |updated v|, with NaN read as Inf (keeps the order sound;
+ * the step is dropped anyway). */
+DGC_HOSTDEV float dgc_rule_sample_value(float v_new) {
+    float a = fabsf(v_new);
+    return a != a ? INFINITY : a;
+}
+
 #endif
