@@ -7,8 +7,11 @@ double dgc_stats_ratio(const dgc_buffer_stats *s) {
     return s->wire_bytes ? (double)s->dense_bytes / (double)s->wire_bytes : 0.0;
 }
 
-double dgc_stats_last_ratio(const dgc_buffer_stats *s, uint64_t count) {
-    return s->last_wire_bytes ? (double)(count * 4) / (double)s->last_wire_bytes : 0.0;
+double dgc_stats_last_ratio(const dgc_buffer_stats *s) {
+    /* A dense call's bytes from the buffer's own record: 4 per element for
+     * fp32, 2 for fp16 and bf16 on the NCCL path. */
+    if (!s->last_wire_bytes || !s->calls) return 0.0;
+    return (double)s->dense_bytes / (double)s->calls / (double)s->last_wire_bytes;
 }
 
 void dgc_stats_add(dgc_buffer_stats *a, const dgc_buffer_stats *b) {
@@ -26,7 +29,7 @@ void dgc_stats_header(char *buf, size_t len) {
 
 void dgc_stats_row(const char *label, uint64_t count, const dgc_buffer_stats *s, char *buf, size_t len) {
     char last[16] = "-";
-    if (count) snprintf(last, sizeof last, "%.1fx", dgc_stats_last_ratio(s, count));
+    if (count) snprintf(last, sizeof last, "%.1fx", dgc_stats_last_ratio(s));
     snprintf(buf, len, "%-18s %12llu %8llu %9llu %14llu %12llu %8.1fx %10s %11.3f", label,
              (unsigned long long)count, (unsigned long long)s->calls, (unsigned long long)s->nonfinite,
              (unsigned long long)s->dense_bytes, (unsigned long long)s->wire_bytes, dgc_stats_ratio(s), last,

@@ -21,8 +21,9 @@ typedef struct {
 /* dense_bytes / wire_bytes, 0 when nothing was sent. */
 double dgc_stats_ratio(const dgc_buffer_stats *s);
 
-/* The latest call's ratio: 4n / its payload, for a buffer of count elements. */
-double dgc_stats_last_ratio(const dgc_buffer_stats *s, uint64_t count);
+/* The latest call's ratio: a dense call's bytes (dense_bytes / calls) over
+ * its payload. */
+double dgc_stats_last_ratio(const dgc_buffer_stats *s);
 
 /* Adds b into a. */
 void dgc_stats_add(dgc_buffer_stats *a, const dgc_buffer_stats *b);
