@@ -1,6 +1,6 @@
 /* MPI life cycle: read and validate the configuration once MPI is
  * initialised, check it agrees across ranks, print the banner; report
- * statistics and free every state when MPI_Finalize runs (through an
+ * statistics and free every MPI state when MPI_Finalize runs (through an
  * attribute on MPI_COMM_SELF, mpi_comm.c, so that Fortran's MPI_FINALIZE,
  * which calls PMPI_Finalize directly, is covered too). */
 #include <stdio.h>
@@ -82,7 +82,7 @@ static void print_row(const dgc_buffer *b, void *ctx) {
     dgc_stats_add(total, &b->stats);
 }
 
-static void report(void) {
+void dgc_stats_report(void) {
     char row[256];
     dgc_stats_header(row, sizeof row);
     dgc_log_tagged("STATS", "%s", row);
@@ -107,11 +107,14 @@ static void report(void) {
                    (unsigned long long)t.released_states, (unsigned long long)t.peak_bytes);
 }
 
+/* NCCL communicators are not MPI's to free: their records stay until
+ * ncclCommDestroy, and the report printed here (once: the NCCL front end
+ * prints it at exit otherwise) shows them as they stand. */
 void dgc_mpi_finalizing(void) {
     const dgc_config *cfg = dgc_config_current();
-    if (cfg->stats && dgc_config_rank() == 0) report();
+    if (cfg->stats && dgc_config_rank() == 0 && dgc_registry_claim(DGC_FLAG_REPORTED)) dgc_stats_report();
     dgc_config off = *cfg;
     off.enable = 0;
     dgc_config_install(&off);
-    dgc_registry_clear();
+    dgc_registry_clear_owner(DGC_OWNER_MPI);
 }

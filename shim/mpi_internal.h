@@ -31,8 +31,14 @@ int dgc_mpi_fail(MPI_Comm comm, int code);
 int dgc_mpi_lifetime_init(const dgc_config *cfg, int local);
 
 /* Run by MPI_Finalize, from any language, before MPI shuts down: reports
- * the statistics and frees every state. */
+ * the statistics and frees every MPI state. */
 void dgc_mpi_finalizing(void);
+
+/* The DGC_STATS report of every live entry and the totals, as STATS log
+ * lines. Printed on rank 0 by MPI_Finalize, or at exit by the NCCL front end
+ * in a process that never finalised MPI (whoever claims
+ * DGC_FLAG_REPORTED). */
+void dgc_stats_report(void);
 
 /* The record of comm (nranks ranks), attached on the first call that
  * compresses on it, which is also when its configuration check runs.

@@ -28,6 +28,10 @@ static dgc_registry_totals totals;
 static _Atomic uint64_t passthrough, over_budget, failed;
 static int hooks[DGC_HOOK_COUNT] = {-1, -1};
 static void *_Atomic slots[DGC_SLOT_COUNT];
+static pthread_once_t onces[DGC_ONCE_COUNT] = {PTHREAD_ONCE_INIT};
+static atomic_int flags[DGC_FLAG_COUNT];
+static _Atomic uint64_t tallies[DGC_TALLY_COUNT];
+_Static_assert(DGC_ONCE_COUNT == 1, "one PTHREAD_ONCE_INIT per once");
 
 static int grow(void **arr, size_t *cap, size_t want, size_t elem) {
     if (want <= *cap) return 0;
@@ -53,14 +57,19 @@ static size_t reserve_bytes_of(const dgc_comm *c) {
 
 static size_t buffer_bytes(const dgc_buffer *b) {
     return sizeof *b + (b->state ? dgc_state_bytes(b->state) : 0) + dgc_pages_footprint(b->payload_cap) +
-           dgc_pages_footprint(b->gathered_cap) + dgc_pages_footprint(b->prev_cap);
+           dgc_pages_footprint(b->gathered_cap) + dgc_pages_footprint(b->prev_cap) + b->gpu_bytes;
 }
 
 /* ---- communicators ---- */
 
 dgc_comm *dgc_registry_comm_open(int nranks, size_t head) {
+    return dgc_registry_comm_open_owned(nranks, head, DGC_OWNER_MPI);
+}
+
+dgc_comm *dgc_registry_comm_open_owned(int nranks, size_t head, int owner) {
     dgc_comm *c = calloc(1, sizeof *c);
     if (!c) return NULL;
+    c->owner = owner;
     c->nranks = nranks;
     c->head = head;
     c->counters = calloc(1, sizeof *c->counters);
@@ -93,8 +102,44 @@ dgc_comm *dgc_registry_comm_find(uint64_t id) {
     return c;
 }
 
+static dgc_comm *find_handle(const void *handle) {
+    for (size_t i = 0; i < ncomms; i++)
+        if (comms[i]->handle == handle) return comms[i];
+    return NULL;
+}
+
+int dgc_registry_comm_bind(const void *handle, uint64_t id) {
+    pthread_mutex_lock(&lock);
+    dgc_comm *c = find_comm(id);
+    if (c) c->handle = handle;
+    pthread_mutex_unlock(&lock);
+    return c ? 0 : -1;
+}
+
+dgc_comm *dgc_registry_comm_by_handle(const void *handle) {
+    if (!handle) return NULL;
+    pthread_mutex_lock(&lock);
+    dgc_comm *c = find_handle(handle);
+    pthread_mutex_unlock(&lock);
+    return c;
+}
+
+uint64_t dgc_registry_comm_unbind(const void *handle) {
+    if (!handle) return 0;
+    pthread_mutex_lock(&lock);
+    dgc_comm *c = find_handle(handle);
+    uint64_t id = 0;
+    if (c) {
+        c->handle = NULL;
+        id = c->id;
+    }
+    pthread_mutex_unlock(&lock);
+    return id;
+}
+
 /* Under the lock: frees an entry, keeping its statistics in the totals. */
 static void release_buffer(dgc_buffer *b) {
+    if (b->gpu_release) b->gpu_release(b); /* first: it brings the statistics up to date */
     dgc_stats_add(&totals.released, &b->stats);
     totals.released_states++;
     totals.live_states--;
@@ -129,6 +174,7 @@ static int always(const dgc_buffer *b, const void *ctx) {
 }
 
 static void free_comm(dgc_comm *c) {
+    if (c->ext_free) c->ext_free(c->ext);
     add_bytes(0, reserve_bytes_of(c));
     dgc_pages_free(c->reserve, c->head * ((size_t)c->nranks + 1));
     free(c->counters);
@@ -180,7 +226,26 @@ void dgc_registry_undo_step(dgc_comm *c, uint64_t count) {
 
 static int idle(const dgc_buffer *b, const void *ctx) {
     const uint64_t *limit = ctx; /* {calls now, idle calls} */
-    return limit[0] - b->last_call > limit[1];
+    return !b->pinned && limit[0] - b->last_call > limit[1];
+}
+
+typedef struct {
+    int (*drop)(const dgc_buffer *b, const void *ctx);
+    const void *ctx;
+} unpinned_pred;
+
+static int unpinned(const dgc_buffer *b, const void *ctx) {
+    const unpinned_pred *p = ctx;
+    return !b->pinned && p->drop(b, p->ctx);
+}
+
+uint64_t dgc_registry_release_where(dgc_comm *c, int (*drop)(const dgc_buffer *b, const void *ctx), const void *ctx) {
+    unpinned_pred pred = {drop, ctx};
+    pthread_mutex_lock(&lock);
+    uint64_t freed = release_where(c->id, unpinned, &pred);
+    c->live -= freed;
+    pthread_mutex_unlock(&lock);
+    return freed;
 }
 
 uint64_t dgc_registry_free_idle(dgc_comm *c, uint64_t idle_calls) {
@@ -205,6 +270,50 @@ dgc_buffer *dgc_registry_find(dgc_comm *c, const void *send, const void *buf, ui
     return found;
 }
 
+int dgc_registry_within_budget(size_t estimate, size_t budget) {
+    pthread_mutex_lock(&lock);
+    size_t held = totals.bytes;
+    pthread_mutex_unlock(&lock);
+    return !budget || held + estimate <= budget;
+}
+
+/* Makes b one of c's entries and counts its memory (takes the lock). */
+static int add_entry(dgc_comm *c, dgc_buffer *b) {
+    pthread_mutex_lock(&lock);
+    int ok = grow((void **)&buffers, &buffers_cap, nbuffers + 1, sizeof *buffers) == 0;
+    if (ok) {
+        buffers[nbuffers++] = b;
+        add_bytes(b->bytes, 0);
+        totals.live_states++;
+        c->live++;
+        c->created++;
+    }
+    pthread_mutex_unlock(&lock);
+    return ok ? 0 : -1;
+}
+
+dgc_create_result dgc_registry_adopt(dgc_comm *c, const void *send, const void *buf, uint64_t count, void *gpu,
+                                     size_t gpu_bytes, void (*release)(dgc_buffer *b), dgc_buffer **out) {
+    *out = NULL;
+    dgc_buffer *b = calloc(1, sizeof *b);
+    if (!b) return DGC_NO_MEMORY;
+    b->comm = c->id;
+    b->send = send;
+    b->buf = buf;
+    b->count = count;
+    b->last_call = c->calls;
+    b->gpu = gpu;
+    b->gpu_bytes = gpu_bytes;
+    b->gpu_release = release;
+    b->bytes = buffer_bytes(b);
+    if (add_entry(c, b)) { /* not published: gpu stays the caller's */
+        free(b);
+        return DGC_NO_MEMORY;
+    }
+    *out = b;
+    return DGC_CREATED;
+}
+
 dgc_create_result dgc_registry_create(dgc_comm *c, const void *send, const void *buf, uint64_t count,
                                       int with_momentum, size_t estimate, size_t budget, dgc_buffer **out) {
     *out = NULL;
@@ -225,17 +334,7 @@ dgc_create_result dgc_registry_create(dgc_comm *c, const void *send, const void 
     b->count = count;
     b->last_call = c->calls;
     b->bytes = buffer_bytes(b);
-    pthread_mutex_lock(&lock);
-    int ok = grow((void **)&buffers, &buffers_cap, nbuffers + 1, sizeof *buffers) == 0;
-    if (ok) {
-        buffers[nbuffers++] = b;
-        add_bytes(b->bytes, 0);
-        totals.live_states++;
-        c->live++;
-        c->created++;
-    }
-    pthread_mutex_unlock(&lock);
-    if (!ok) {
+    if (add_entry(c, b)) {
         dgc_state_destroy(b->state);
         free(b);
         return DGC_NO_MEMORY;
@@ -313,14 +412,44 @@ void dgc_registry_set_slot(int which, void *value) {
     atomic_store_explicit(&slots[which], value, memory_order_release);
 }
 
+void dgc_registry_once(int which, void (*fn)(void)) { pthread_once(&onces[which], fn); }
+
+int dgc_registry_claim(int which) { return atomic_exchange_explicit(&flags[which], 1, memory_order_acq_rel) == 0; }
+int dgc_registry_flag(int which) { return atomic_load_explicit(&flags[which], memory_order_acquire); }
+
+void dgc_registry_tally_add(int which) { atomic_fetch_add_explicit(&tallies[which], 1, memory_order_relaxed); }
+uint64_t dgc_registry_tally(int which) { return atomic_load_explicit(&tallies[which], memory_order_relaxed); }
+
+/* Under the lock: frees the records for which all or owner says so. */
+static void clear_where(int all, int owner) {
+    size_t w = 0;
+    for (size_t i = 0; i < ncomms; i++) {
+        dgc_comm *c = comms[i];
+        if (all || c->owner == owner) {
+            release_where(c->id, always, NULL);
+            free_comm(c);
+        } else {
+            comms[w++] = c;
+        }
+    }
+    ncomms = w;
+    if (ncomms == 0 && nbuffers == 0) {
+        free(buffers);
+        free(comms);
+        buffers = NULL;
+        comms = NULL;
+        buffers_cap = comms_cap = 0;
+    }
+}
+
+void dgc_registry_clear_owner(int owner) {
+    pthread_mutex_lock(&lock);
+    clear_where(0, owner);
+    pthread_mutex_unlock(&lock);
+}
+
 void dgc_registry_clear(void) {
     pthread_mutex_lock(&lock);
-    for (size_t i = 0; i < nbuffers; i++) release_buffer(buffers[i]);
-    for (size_t i = 0; i < ncomms; i++) free_comm(comms[i]);
-    free(buffers);
-    free(comms);
-    buffers = NULL;
-    comms = NULL;
-    nbuffers = buffers_cap = ncomms = comms_cap = 0;
+    clear_where(1, 0);
     pthread_mutex_unlock(&lock);
 }

@@ -5,14 +5,17 @@
  *
  * A communicator is known by an id the registry hands out, unique for the
  * life of the process: the front end ties the id to the communicator's own
- * life (an MPI attribute whose delete callback closes it), so a handle that
- * MPI reuses for a new communicator can never find the old one's state.
+ * life (an MPI attribute whose delete callback closes it; for NCCL, the
+ * interposed ncclCommDestroy/ncclCommAbort unbind its handle and close it),
+ * so a handle reused for a new communicator can never find the old one's
+ * state.
  *
- * Lookups take a mutex; pass-through calls never come here. A record or
+ * Lookups take a mutex; MPI's pass-through calls never come here (NCCL's
+ * float sum/average calls look their communicator up by handle). A record or
  * entry handed out stays valid until its communicator is closed, the entry
  * is freed as idle by a call on the same communicator, or the registry is
- * cleared. MPI forbids concurrent collectives on one communicator, so a
- * thread never sees its entries freed under it. */
+ * cleared. MPI and NCCL forbid concurrent collectives on one communicator,
+ * so a thread never sees its entries freed under it. */
 #ifndef DGCSHIM_REGISTRY_H
 #define DGCSHIM_REGISTRY_H
 
@@ -27,8 +30,16 @@ enum { DGC_CHECK_PENDING = 0, DGC_CHECK_PASSED = 1, DGC_CHECK_FAILED = -1 };
 
 typedef struct dgc_comm_counters dgc_comm_counters;
 
+/* Which front end opened a record: MPI_Finalize frees only its own, since
+ * NCCL communicators outlive MPI in a job that uses both. */
+enum { DGC_OWNER_MPI = 0, DGC_OWNER_NCCL = 1 };
+
 typedef struct {
     uint64_t id;
+    int owner;           /* DGC_OWNER_* */
+    const void *handle;  /* the NCCL communicator it is bound to (dgc_registry_comm_bind), or NULL */
+    void *ext;           /* the front end's own per-communicator data, or NULL */
+    void (*ext_free)(void *ext); /* frees ext when the record closes, after its buffers */
     int nranks;
     int check;           /* DGC_CHECK_*; FAILED stays failed */
     int check_reported;  /* the failed check was logged on a later call */
@@ -41,7 +52,7 @@ typedef struct {
     dgc_comm_counters *counters;
 } dgc_comm;
 
-typedef struct {
+typedef struct dgc_buffer {
     uint64_t comm;    /* the id of its communicator */
     const void *send; /* the call's send buffer; NULL for in place */
     const void *buf;  /* the output buffer: where the gradient comes back */
@@ -57,6 +68,13 @@ typedef struct {
     int prev_nranks;  /* how many payloads they hold */
     size_t bytes;     /* memory held, as last accounted */
     dgc_buffer_stats stats;
+    /* The GPU path's state (dgc_registry_adopt) in place of state and the
+     * host buffers: the CUDA engine's, opaque here, freed through
+     * gpu_release, which also brings stats up to date first. */
+    void *gpu;
+    size_t gpu_bytes;
+    void (*gpu_release)(struct dgc_buffer *b);
+    int pinned;       /* a call in flight uses it: never freed as idle or retired (dgc_registry_release_where) */
 } dgc_buffer;
 
 /* Step counters per communicator: distinct element counts it can track. A
@@ -69,8 +87,20 @@ typedef struct {
  * needs to take part. NULL when memory is short. */
 dgc_comm *dgc_registry_comm_open(int nranks, size_t head);
 
+/* dgc_registry_comm_open for a given front end (DGC_OWNER_*); the plain
+ * one opens MPI's. */
+dgc_comm *dgc_registry_comm_open_owned(int nranks, size_t head, int owner);
+
 /* The open record with this id, or NULL. */
 dgc_comm *dgc_registry_comm_find(uint64_t id);
+
+/* NCCL communicators are known by their handle: binds the record id to
+ * handle (0, or -1 when there is no such record), finds the record bound to
+ * handle (NULL when none), and unbinds it, returning its id (0 when none),
+ * so that the handle, freed by NCCL right after, can be reused at once. */
+int dgc_registry_comm_bind(const void *handle, uint64_t id);
+dgc_comm *dgc_registry_comm_by_handle(const void *handle);
+uint64_t dgc_registry_comm_unbind(const void *handle);
 
 /* Frees the record and every buffer state on it; their statistics are kept
  * in the totals. Unknown ids are ignored. */
@@ -86,8 +116,13 @@ int dgc_registry_next_step(dgc_comm *c, uint64_t count, uint64_t *step);
 void dgc_registry_undo_step(dgc_comm *c, uint64_t count);
 
 /* Frees the states on c unused for more than idle_calls of its calls (0:
- * never). Returns how many were freed. */
+ * never), pinned ones aside. Returns how many were freed. */
 uint64_t dgc_registry_free_idle(dgc_comm *c, uint64_t idle_calls);
+
+/* Frees the entries on c, pinned ones aside, for which drop says so (called
+ * under the registry's lock: drop must not call into the registry). Returns
+ * how many were freed. */
+uint64_t dgc_registry_release_where(dgc_comm *c, int (*drop)(const dgc_buffer *b, const void *ctx), const void *ctx);
 
 /* The entry for (send, buf, count) on c, or NULL. */
 dgc_buffer *dgc_registry_find(dgc_comm *c, const void *send, const void *buf, uint64_t count);
@@ -98,6 +133,17 @@ typedef enum { DGC_CREATED = 0, DGC_OVER_BUDGET = 1, DGC_NO_MEMORY = -1 } dgc_cr
  * estimate bytes would pass budget bytes (0: no budget). */
 dgc_create_result dgc_registry_create(dgc_comm *c, const void *send, const void *buf, uint64_t count,
                                       int with_momentum, size_t estimate, size_t budget, dgc_buffer **out);
+
+/* 1 when the process's state memory plus estimate bytes stays within budget
+ * bytes (0: no budget). */
+int dgc_registry_within_budget(size_t estimate, size_t budget);
+
+/* Creates the entry for a state the front end made itself (the GPU path's:
+ * gpu, holding gpu_bytes, freed by release, which the registry calls under
+ * its lock whenever the entry goes: it must not call into the registry).
+ * DGC_NO_MEMORY when the entry could not be made; gpu is then not taken. */
+dgc_create_result dgc_registry_adopt(dgc_comm *c, const void *send, const void *buf, uint64_t count, void *gpu,
+                                     size_t gpu_bytes, void (*release)(dgc_buffer *b), dgc_buffer **out);
 
 /* Makes the entry's payload buffers hold bytes and nranks * bytes, and gives
  * back room far beyond that (after warm-up). */
@@ -138,10 +184,47 @@ void dgc_registry_set_hook(int which, int value);
 /* Addresses a front end looks up once and keeps (the real functions it
  * forwards to, a language's sentinels): NULL until set. Reads take no lock,
  * since pass-through calls read them; a slot is written with the same value
- * by whoever resolves it first. */
-#define DGC_SLOT_COUNT 32
+ * by whoever resolves it first. The Fortran front end uses the slots below
+ * DGC_SLOT_NCCL_BASE, the NCCL one those from it on. */
+#define DGC_SLOT_COUNT 64
+#define DGC_SLOT_NCCL_BASE 32
 void *dgc_registry_slot(int which);
 void dgc_registry_set_slot(int which, void *value);
+
+/* Process-wide one-time work: runs fn once, the first caller running it
+ * while later ones wait until it has returned (pthread_once). */
+enum { DGC_ONCE_NCCL_SETUP, DGC_ONCE_COUNT };
+void dgc_registry_once(int which, void (*fn)(void));
+
+/* Process-wide flags, clear until claimed: dgc_registry_claim sets one and
+ * returns 1 for the one caller that found it clear (so a message is said
+ * once, a report printed once), 0 for every other. */
+enum {
+    DGC_FLAG_REPORTED,           /* the DGC_STATS report was printed */
+    DGC_FLAG_NCCL_PARSE_FAILED,  /* the NCCL front end found the DGC_* environment invalid */
+    DGC_FLAG_NCCL_BANNER,        /* the NCCL path's first-use line was logged */
+    DGC_FLAG_NCCL_CAPTURE_SAID,  /* pass-through under CUDA graph capture was logged */
+    DGC_FLAG_NCCL_MISSING_SAID,  /* no real NCCL could be found: logged */
+    DGC_FLAG_COUNT
+};
+int dgc_registry_claim(int which);
+int dgc_registry_flag(int which);
+
+/* Process-wide event counters of the NCCL front end, counted whatever
+ * DGC_STATS says (the exit line and the exit warning read them). */
+enum {
+    DGC_TALLY_NCCL_CALLS,      /* interposed NCCL calls of any kind */
+    DGC_TALLY_NCCL_COMPRESSED, /* ncclAllReduce calls compressed */
+    DGC_TALLY_NCCL_PASSED,     /* ncclAllReduce calls passed through */
+    DGC_TALLY_NCCL_CAPTURED,   /* of those, under CUDA graph capture */
+    DGC_TALLY_COUNT
+};
+void dgc_registry_tally_add(int which);
+uint64_t dgc_registry_tally(int which);
+
+/* Frees every record of one front end (DGC_OWNER_*) and its entries
+ * (statistics totals are kept). */
+void dgc_registry_clear_owner(int owner);
 
 /* Frees every record and entry (statistics totals are kept). */
 void dgc_registry_clear(void);

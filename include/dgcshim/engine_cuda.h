@@ -1,0 +1,178 @@
+/* The CUDA DGC engine: the host engine's algorithm (engine.h), its state in
+ * GPU memory, every step enqueued on the caller's stream. It knows DGC and
+ * CUDA, nothing of NCCL.
+ *
+ * One compressed call on one buffer:
+ *     dgc_gpu_compress(s, g, out, dtype, p, stream)    update, select, pack the payload
+ *     all-gather dgc_gpu_payload(s) into dgc_gpu_gathered(s)   (the front end's job)
+ *     dgc_gpu_decode(s, out, dtype, p, compensate, report, stream)
+ *                                                      check, sum, commit or discard
+ * Nothing here reads device memory from the host or synchronises the host
+ * with the stream, except dgc_gpu_state_create/destroy (first sight of a
+ * buffer, and its end). Decisions that depend on data (was some rank's
+ * gradient non-finite? did a payload fail its check? did the candidates
+ * overflow?) are taken on the device, by kernels that read flags other
+ * kernels wrote; the host learns of them later through a dgc_gpu_report in
+ * mapped host memory.
+ *
+ * Payloads use the host engine's wire format (wire.h) with one rule more,
+ * which the decoder enforces: the real pairs come first, with strictly
+ * increasing indices, and padding slots are (0, +0.0f) after them. That is
+ * what lets the decoder add each rank's pairs in parallel without atomics
+ * (no index twice in one launch) and in rank order (one launch per rank),
+ * so every rank's output is bitwise identical (invariant 3). */
+#ifndef DGCSHIM_ENGINE_CUDA_H
+#define DGCSHIM_ENGINE_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dgcshim/engine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* cudaStream_t without the CUDA headers. */
+struct CUstream_st;
+typedef struct CUstream_st *dgc_cuda_stream;
+
+/* Element types of the caller's buffers; state and payload values are fp32. */
+typedef enum { DGC_GPU_F32 = 0, DGC_GPU_F16 = 1, DGC_GPU_BF16 = 2 } dgc_gpu_dtype;
+
+size_t dgc_gpu_dtype_size(dgc_gpu_dtype t);
+
+/* Why a payload failed its check on the device. */
+enum {
+    DGC_GPU_BAD_NONE = 0,
+    DGC_GPU_BAD_MAGIC = 1, /* not a dgcshim payload, or flags other than NONFINITE/FAILED (DENSE too) */
+    DGC_GPU_BAD_HEADER = 2, /* step, n or k differ from this rank's */
+    DGC_GPU_BAD_INDEX = 3, /* an index >= n */
+    DGC_GPU_BAD_ORDER = 4, /* indices not strictly increasing, or padding before a real pair */
+};
+
+/* What the device tells the host, in mapped pinned host memory: kernels
+ * write it, the front end reads it on its next call without synchronising
+ * (so it may lag by the calls still in flight). One per communicator. The
+ * first bad payload is kept (bad_* are written once, bad last); within one
+ * call "first" is the lowest (rank, slot), a header counting as slot 0 of
+ * its rank. The counters add up: a dropped step counts in failed (with
+ * failed_rank) when some rank flagged DGC_WIRE_FAILED, else in nonfinite. */
+typedef struct {
+    uint32_t bad;         /* DGC_GPU_BAD_* of the first bad payload seen, 0 when none */
+    int32_t bad_rank;     /* the rank that sent it */
+    uint64_t bad_slot;    /* the slot, for DGC_GPU_BAD_INDEX / _ORDER */
+    uint64_t bad_value;   /* the index, magic or flags that was wrong */
+    uint64_t bad_step;    /* the step it came in */
+    uint64_t nonfinite;   /* steps dropped because some rank's gradient held Inf/NaN */
+    uint64_t failed;      /* steps dropped because some rank flagged DGC_WIRE_FAILED */
+    int32_t failed_rank;  /* the lowest such rank of the latest */
+    uint32_t pad;
+} dgc_gpu_report;
+
+/* A zeroed report in mapped pinned memory, or NULL (no device, no memory). */
+dgc_gpu_report *dgc_gpu_report_create(void);
+void dgc_gpu_report_destroy(dgc_gpu_report *r);
+
+typedef struct dgc_gpu_state dgc_gpu_state;
+
+/* What a state is made for: n elements, payloads of up to k slots (the
+ * warm-up's first k is the largest a buffer ever needs), nranks payloads
+ * gathered, the previous step's kept when keep_prev (momentum
+ * compensation), momentum arrays when with_momentum, an fp32 accumulator
+ * when dtype is not DGC_GPU_F32. */
+typedef struct {
+    uint64_t n, k;
+    int nranks;
+    int with_momentum;
+    int keep_prev;
+    dgc_gpu_dtype dtype;
+} dgc_gpu_shape;
+
+/* Device bytes a state of this shape holds (the one cudaMalloc of
+ * dgc_gpu_state_create; its mapped host counter aside). What
+ * DGC_MAX_STATE_MB checks. 0 for a shape create would refuse, or when the
+ * device cannot be asked (cub sizes its sort scratch per device). */
+size_t dgc_gpu_state_footprint(const dgc_gpu_shape *shape);
+
+/* Allocates every array the state will ever need (cudaMalloc: first sight
+ * is the one place the GPU path allocates) and zeroes it on stream, so it
+ * is ready in stream order. NULL when device memory is short, with nothing
+ * left allocated; err then says what failed. */
+dgc_gpu_state *dgc_gpu_state_create(const dgc_gpu_shape *shape, dgc_cuda_stream stream, char *err, size_t errlen);
+
+/* Waits for the device to finish with the state, then frees it. */
+void dgc_gpu_state_destroy(dgc_gpu_state *s);
+
+const dgc_gpu_shape *dgc_gpu_state_shape(const dgc_gpu_state *s);
+size_t dgc_gpu_state_bytes(const dgc_gpu_state *s);
+
+/* Device pointers: this rank's payload (dgc_wire_bytes(shape k) bytes),
+ * and room for nranks payloads of the call's k (dgc_wire_bytes(p->k) apart). */
+void *dgc_gpu_payload(dgc_gpu_state *s);
+void *dgc_gpu_gathered(dgc_gpu_state *s);
+
+/* Enqueues this step's update and selection: reads g (n elements of dtype,
+ * device memory), computes the clipping scale (p->clip_norm > 0), the
+ * momentum and residual updates into spare arrays (the committed state is
+ * untouched), the threshold from the shared sample (dgc_sample_plan_for),
+ * the candidates, the exact top p->k of them, and writes the payload, its
+ * pairs sorted by index, with DGC_WIRE_NONFINITE when some updated value is
+ * Inf or NaN. Sets out (n elements of dtype; may be g) to zero, or the fp32
+ * accumulator when dtype is not fp32, as the update streams past.
+ * p->k must not exceed the shape's k. dgc_gpu_decode must get the same out
+ * (fp32: it adds into what this call zeroed). Returns 0, or -1 when a launch
+ * failed or the call does not fit the state (err says which). */
+int dgc_gpu_compress(dgc_gpu_state *s, const void *g, void *out, dgc_gpu_dtype dtype, const dgc_step_params *p,
+                     dgc_cuda_stream stream, char *err, size_t errlen);
+
+/* Enqueues the decode of dgc_gpu_gathered(s) (p->nranks payloads of p->k
+ * slots) into out, and the commit, all decided on the device:
+ *   - some header or index fails its check: report->bad (first time), out
+ *     left as compress left it (zero), the state not changed;
+ *   - some rank flagged DGC_WIRE_FAILED or DGC_WIRE_NONFINITE: out all NaN
+ *     (in dtype), the state not changed, the report's counter and this
+ *     state's dgc_gpu_state_nonfinite advance;
+ *   - otherwise out = the sum of every rank's pairs, rank by rank in rank
+ *     order; then, when compensate and p->momentum > 0, minus p->momentum
+ *     times the previous finite step's sum (momentum compensation, as the
+ *     MPI path does); divided by p->nranks when average (ncclAvg);
+ *     converted to dtype; the update becomes the committed
+ *     state, the sent indices masked (v = 0; u = 0 with
+ *     p->momentum_masking), and the gathered payloads kept as the previous
+ *     step's.
+ * Returns 0, or -1 when a launch failed. */
+int dgc_gpu_decode(dgc_gpu_state *s, void *out, dgc_gpu_dtype dtype, const dgc_step_params *p, int compensate,
+                   int average, dgc_gpu_report *report, dgc_cuda_stream stream, char *err, size_t errlen);
+
+/* For a rank that cannot take part with state (no memory): writes a header
+ * carrying only flags (DGC_WIRE_FAILED) into payload (device memory, room
+ * for dgc_wire_bytes(p->k)), and, after the all-gather, checks the nranks
+ * headers in gathered and sets out to NaN (the step fails on every rank;
+ * the report's failed counter advances, or report->bad is set when some
+ * header is bad; out is NaN either way). Payload and gathered here are the
+ * front end's own exchange buffers. */
+int dgc_gpu_flag_only(void *payload, uint32_t flags, const dgc_step_params *p, dgc_cuda_stream stream);
+int dgc_gpu_decode_stateless(const void *gathered, void *out, dgc_gpu_dtype dtype, const dgc_step_params *p,
+                             dgc_gpu_report *report, dgc_cuda_stream stream);
+
+/* Steps of this state dropped for Inf/NaN (or a failed rank), as far as the
+ * device has got (mapped memory: no synchronisation). */
+uint64_t dgc_gpu_state_nonfinite(const dgc_gpu_state *s);
+
+/* For tests and benchmarks: waits for the stream, then copies the
+ * committed residual v and momentum u (NULL: skipped; u only with momentum)
+ * to host memory. Returns 0 or -1. */
+int dgc_gpu_state_read(dgc_gpu_state *s, float *v, float *u);
+
+/* 1 when the process can use a CUDA device (a driver and at least one
+ * device); asks the runtime once, lazily, never at load time. */
+int dgc_gpu_available(void);
+
+/* The CUDA runtime's message for the last error, for log lines. */
+const char *dgc_gpu_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

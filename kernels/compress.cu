@@ -1,0 +1,466 @@
+/* dgc_gpu_compress: the host engine's dgc_compress_zeroing on the device.
+ *
+ *   init          reset this call's scratch
+ *   clip          sum of squares -> scale (only with clipping on)
+ *   sample        the shared sample's updated |v| into the spare v
+ *   select x4     exact want-th largest of the sample: the threshold
+ *   update        the one pass over memory: u, v -> spares, out (or the
+ *                 accumulator) zeroed, candidates (|v| >= thr) compacted,
+ *                 non-finite flagged
+ *   decide        which selection: all candidates (<= k), the top k of them
+ *                 (<= the candidate room), or the exact top k of the buffer
+ *   select x4     the k-th largest |v| of that set (returns at once for "all")
+ *   compact x2    the selection into k slots: values above t in any order,
+ *                 ties at t in index order (the host's rule), padding after
+ *   sort          the slots by index (cub radix sort, padding key n last)
+ *   pack          header and slots into the payload
+ *
+ * The selected set is the host's: both draw the same sample and find its
+ * exact want-th largest, so both test against the same threshold, count the
+ * same candidates and take the same path; within a path both take the exact
+ * top k (ties at the k-th value aside, where the host's quickselect is
+ * arbitrary, except on the exact path, where both take ties in index order). */
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_radix_sort.cuh>
+#include <stdio.h>
+
+#include "device.cuh"
+#include "dgcshim/update_rules.h"
+
+using namespace dgc_cuda;
+
+namespace {
+
+__global__ void __launch_bounds__(kThreads) init_kernel(scratch *sc, float *v2, uint64_t ns, uint64_t count,
+                                                        uint64_t want) {
+    select_job *a = &sc->sample, *b = &sc->sel;
+    a->hist[threadIdx.x] = 0;
+    b->hist[threadIdx.x] = 0;
+    if (threadIdx.x != 0) return;
+    sc->nonfinite = 0;
+    sc->ncand = 0;
+    sc->gt_fill = 0;
+    sc->tie_fill = 0;
+    sc->clip_done = 0;
+    sc->scale = 1.0f;
+    sc->bad_key = kNoBad;
+    a->vals = spare(v2, sc->cur, ns);
+    a->idx = nullptr;
+    a->count = count;
+    a->want = a->want0 = want;
+    a->prefix = a->mask = 0;
+    a->active = 1;
+    a->done = 0;
+    b->active = 0;
+    b->done = 0;
+}
+
+struct update_args {
+    const void *g;
+    float *zero;   /* out (fp32) or the accumulator, zeroed as the pass streams */
+    float *v2, *u2;
+    uint64_t n, ns;
+    scratch *sc;
+    int clip;
+    float m;
+    uint32_t *cand_idx;
+    float *cand_val;
+    uint64_t cap;  /* dgc_candidate_cap(n, k): more candidates and the exact path takes over */
+};
+
+/* One element's update, the host's expressions (update_rules.h) in the
+ * host's order: g*scale first, even when scale is 1 (x*1 == x). */
+template <bool MOM, bool NEST>
+__device__ __forceinline__ float update_one(float g, float u, float v, float scale, float m, float *un) {
+    const float gs = g * scale;
+    float add = gs;
+    if (MOM) add = dgc_rule_momentum(u, gs, m, NEST, un);
+    return dgc_rule_accumulate(v, add);
+}
+
+/* Stores the lane's hits (bit c: element first + c, value vn[c]) as
+ * candidates; one atomic per warp. Call from all lanes. */
+template <int W>
+__device__ __forceinline__ void add_candidates(const update_args &a, unsigned int hits, uint64_t first,
+                                               const float *vn) {
+    if (!__any_sync(kFullMask, hits)) return;
+    unsigned long long slot = warp_reserve(&a.sc->ncand, (unsigned)__popc(hits));
+#pragma unroll
+    for (int c = 0; c < W; c++) {
+        if (!((hits >> c) & 1u)) continue;
+        if (slot < a.cap) {
+            a.cand_idx[slot] = (uint32_t)(first + (uint64_t)c);
+            a.cand_val[slot] = vn[c];
+        }
+        slot++;
+    }
+}
+
+/* The update pass: the roofline of the engine (reads g, u, v; writes u, v
+ * and the zeroed output: 24 bytes an element with momentum). VEC: 16-byte
+ * loads and stores (4 elements a lane); the spares' halves are 256-byte
+ * aligned (ns), g and out were checked by the caller. Loops are bounded per
+ * warp so that every lane reaches the warp votes. out may be g: each lane
+ * reads its elements before it zeroes them, and no lane touches another's. */
+template <int DT, bool MOM, bool NEST, bool VEC>
+__global__ void __launch_bounds__(kThreads, 8) update_kernel(update_args a) {
+    const int cur = a.sc->cur;
+    const float *v = committed(a.v2, cur, a.ns);
+    float *vn_out = spare(a.v2, cur, a.ns);
+    const float *u = MOM ? committed(a.u2, cur, a.ns) : nullptr;
+    float *un_out = MOM ? spare(a.u2, cur, a.ns) : nullptr;
+    const float scale = a.clip ? a.sc->scale : 1.0f;
+    const float thr = __uint_as_float(a.sc->sample.tbits);
+    const float m = a.m;
+    const unsigned int lane = lane_id();
+    const uint64_t stride = (uint64_t)gridDim.x * kThreads;
+    const uint64_t first = blockIdx.x * (uint64_t)kThreads + (threadIdx.x & ~31u);
+    unsigned int bad = 0;
+    uint64_t head = 0; /* elements done by the vector loop */
+    if (VEC) {
+        const uint64_t n4 = a.n / 4;
+        for (uint64_t base = first; base < n4; base += stride) {
+            const uint64_t i4 = base + lane;
+            unsigned int hits = 0;
+            float vn[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            if (i4 < n4) {
+                const float4 g4 = elem<DT>::load4(a.g, i4);
+                const float4 v4 = reinterpret_cast<const float4 *>(v)[i4];
+                float4 u4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (MOM) u4 = reinterpret_cast<const float4 *>(u)[i4];
+                reinterpret_cast<float4 *>(a.zero)[i4] = make_float4(0.0f, 0.0f, 0.0f, 0.0f); /* g is read */
+                float un[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                vn[0] = update_one<MOM, NEST>(g4.x, u4.x, v4.x, scale, m, &un[0]);
+                vn[1] = update_one<MOM, NEST>(g4.y, u4.y, v4.y, scale, m, &un[1]);
+                vn[2] = update_one<MOM, NEST>(g4.z, u4.z, v4.z, scale, m, &un[2]);
+                vn[3] = update_one<MOM, NEST>(g4.w, u4.w, v4.w, scale, m, &un[3]);
+                reinterpret_cast<float4 *>(vn_out)[i4] = make_float4(vn[0], vn[1], vn[2], vn[3]);
+                if (MOM) reinterpret_cast<float4 *>(un_out)[i4] = make_float4(un[0], un[1], un[2], un[3]);
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    bad |= dgc_rule_nonfinite(vn[c]);
+                    hits |= (unsigned)dgc_rule_selected(vn[c], thr) << c;
+                }
+            }
+            add_candidates<4>(a, hits, 4 * i4, vn);
+        }
+        head = n4 * 4;
+    }
+    /* Element by element: the whole buffer when not aligned, else the tail. */
+    const uint64_t rest = a.n - head;
+    for (uint64_t base = first; base < rest; base += stride) {
+        const uint64_t i = head + base + lane;
+        unsigned int hits = 0;
+        float vn = 0.0f;
+        if (base + lane < rest) {
+            const float gv = elem<DT>::load(a.g, i);
+            const float vv = v[i];
+            const float uv = MOM ? u[i] : 0.0f;
+            a.zero[i] = 0.0f;
+            float un = 0.0f;
+            vn = update_one<MOM, NEST>(gv, uv, vv, scale, m, &un);
+            vn_out[i] = vn;
+            if (MOM) un_out[i] = un;
+            bad |= dgc_rule_nonfinite(vn);
+            hits = (unsigned)dgc_rule_selected(vn, thr);
+        }
+        add_candidates<1>(a, hits, i, &vn);
+    }
+    if (__any_sync(kFullMask, bad) && lane == 0) atomicOr(&a.sc->nonfinite, 1u);
+}
+
+/* Which selection this call takes, from the candidate count (the host's
+ * rule: more than k candidates -> the top k of them; more than the room ->
+ * the exact top k of the whole buffer). */
+__global__ void decide_kernel(scratch *sc, float *v2, uint64_t n, uint64_t ns, uint64_t k, uint64_t cap,
+                              const uint32_t *cand_idx, const float *cand_val) {
+    select_job *j = &sc->sel;
+    const unsigned long long c = sc->ncand;
+    j->prefix = 0;
+    j->mask = 0;
+    j->done = 0;
+    j->want = j->want0 = k;
+    j->vals = cand_val;
+    j->idx = cand_idx;
+    j->count = c;
+    if (c <= k) { /* every candidate goes: "above t = 0" is all of them (none is zero) */
+        sc->mode = MODE_ALL;
+        j->active = 0;
+        j->tbits = 0;
+        j->cnt_gt = c;
+        j->ties_take = 0;
+        j->nsel = c;
+        j->ties_all = 1;
+    } else if (c <= cap) {
+        sc->mode = MODE_CANDIDATES;
+        j->active = 1;
+    } else {
+        sc->mode = MODE_EXACT;
+        j->active = 1;
+        j->vals = spare(v2, sc->cur, ns);
+        j->idx = nullptr;
+        j->count = n;
+    }
+}
+
+/* The selection's results, without the job's histogram (which would
+ * otherwise be copied into every thread). */
+struct sel_view {
+    const float *vals;
+    const uint32_t *idx;
+    unsigned long long count, cnt_gt, ties_take, nsel;
+    unsigned int tbits, ties_all;
+};
+
+__device__ __forceinline__ sel_view view_of(const select_job *j) {
+    sel_view v;
+    v.vals = j->vals;
+    v.idx = j->idx;
+    v.count = j->count;
+    v.cnt_gt = j->cnt_gt;
+    v.ties_take = j->ties_take;
+    v.nsel = j->nsel;
+    v.tbits = j->tbits;
+    v.ties_all = j->ties_all;
+    return v;
+}
+
+__device__ __forceinline__ uint32_t index_of(const sel_view &j, uint64_t i) {
+    return j.idx ? j.idx[i] : (uint32_t)i;
+}
+
+/* The range of the job's values that block b of the compaction owns:
+ * contiguous, so that ties can be taken in position order. */
+__device__ __forceinline__ void block_range(uint64_t count, uint64_t *lo, uint64_t *hi) {
+    *lo = blockIdx.x * count / gridDim.x;
+    *hi = (blockIdx.x + 1) * count / gridDim.x;
+}
+
+/* Values above t go to slots [0, cnt_gt) (exactly that many exist); ties go
+ * too when all of them are taken; the ties in each block's range are counted
+ * for the ordered pass. */
+__global__ void __launch_bounds__(kThreads) compact_kernel(scratch *sc, uint32_t *keys, float *vals) {
+    typedef cub::BlockReduce<unsigned int, kThreads> reduce_t;
+    __shared__ typename reduce_t::TempStorage tmp;
+    const sel_view j = view_of(&sc->sel);
+    const unsigned int lane = lane_id();
+    uint64_t lo, hi;
+    block_range(j.count, &lo, &hi);
+    unsigned int ties = 0;
+    for (uint64_t base = lo + (threadIdx.x & ~31u); base < hi; base += kThreads) {
+        const uint64_t i = base + lane;
+        bool gt = false, eq = false;
+        float x = 0.0f;
+        if (i < hi) {
+            x = j.vals[i];
+            const unsigned int key = abs_key(x);
+            gt = key > j.tbits;
+            eq = key == j.tbits;
+        }
+        ties += eq;
+        if (__any_sync(kFullMask, gt)) {
+            const unsigned long long slot = warp_reserve(&sc->gt_fill, gt);
+            if (gt && slot < j.cnt_gt) {
+                keys[slot] = index_of(j, i);
+                vals[slot] = x;
+            }
+        }
+        if (j.ties_all && __any_sync(kFullMask, eq)) {
+            const unsigned long long slot = warp_reserve(&sc->tie_fill, eq);
+            if (eq && slot < j.ties_take) {
+                keys[j.cnt_gt + slot] = index_of(j, i);
+                vals[j.cnt_gt + slot] = x;
+            }
+        }
+    }
+    const unsigned int total = reduce_t(tmp).Sum(ties);
+    if (threadIdx.x == 0) sc->blk_ties[blockIdx.x] = total;
+}
+
+/* Padding keys after the selection, and, when only some ties go, the first
+ * ties_take of them in position order (on the exact path, index order: the
+ * host's select_exact). Same grid as compact_kernel: the same ranges. */
+__global__ void __launch_bounds__(kThreads) ties_kernel(scratch *sc, uint32_t *keys, float *vals, uint64_t k,
+                                                        uint32_t pad) {
+    typedef cub::BlockReduce<unsigned long long, kThreads> reduce_t;
+    typedef cub::BlockScan<unsigned int, kThreads> scan_t;
+    __shared__ union {
+        typename reduce_t::TempStorage reduce;
+        typename scan_t::TempStorage scan;
+    } tmp;
+    __shared__ unsigned long long before;
+    const sel_view j = view_of(&sc->sel);
+    for (uint64_t s = j.nsel + blockIdx.x * (uint64_t)kThreads + threadIdx.x; s < k; s += (uint64_t)gridDim.x * kThreads) {
+        keys[s] = pad;
+        vals[s] = 0.0f;
+    }
+    if (j.ties_all) return;
+    unsigned long long mine = 0;
+    for (unsigned int q = threadIdx.x; q < blockIdx.x; q += kThreads) mine += sc->blk_ties[q];
+    const unsigned long long sum = reduce_t(tmp.reduce).Sum(mine);
+    if (threadIdx.x == 0) before = sum;
+    __syncthreads();
+    unsigned long long running = before; /* ties in the ranges of the blocks before this one */
+    if (running >= j.ties_take) return;
+    uint64_t lo, hi;
+    block_range(j.count, &lo, &hi);
+    for (uint64_t base = lo; base < hi; base += kThreads) {
+        const uint64_t i = base + threadIdx.x;
+        float x = 0.0f;
+        unsigned int eq = 0;
+        if (i < hi) {
+            x = j.vals[i];
+            eq = abs_key(x) == j.tbits;
+        }
+        unsigned int excl, agg;
+        scan_t(tmp.scan).ExclusiveSum(eq, excl, agg);
+        if (eq && running + excl < j.ties_take) {
+            const uint64_t slot = j.cnt_gt + running + excl;
+            keys[slot] = index_of(j, i);
+            vals[slot] = x;
+        }
+        running += agg;
+        __syncthreads(); /* the scan's storage is used again */
+        if (running >= j.ties_take) break;
+    }
+}
+
+/* Header and k slots: the sorted real pairs, then padding (index 0, +0.0f);
+ * all padding when some updated value is non-finite (the host's payload). */
+__global__ void __launch_bounds__(kThreads) pack_kernel(const scratch *sc, const uint32_t *keys, const float *vals,
+                                                        void *payload, uint64_t step, uint64_t n, uint64_t k) {
+    const unsigned int nonfinite = sc->nonfinite;
+    const uint64_t nsel = nonfinite ? 0 : sc->sel.nsel;
+    uint32_t *idx = reinterpret_cast<uint32_t *>(static_cast<char *>(payload) + sizeof(dgc_wire_header));
+    float *val = reinterpret_cast<float *>(static_cast<char *>(payload) + sizeof(dgc_wire_header) + 4 * k);
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        dgc_wire_header h;
+        h.magic = DGC_WIRE_MAGIC;
+        h.flags = nonfinite ? DGC_WIRE_NONFINITE : 0u;
+        h.step = step;
+        h.n = n;
+        h.k = k;
+        *static_cast<dgc_wire_header *>(payload) = h;
+    }
+    for (uint64_t s = blockIdx.x * (uint64_t)kThreads + threadIdx.x; s < k; s += (uint64_t)gridDim.x * kThreads) {
+        const bool real = s < nsel;
+        idx[s] = real ? keys[s] : 0u;
+        val[s] = real ? vals[s] : 0.0f;
+    }
+}
+
+template <int DT, bool MOM, bool NEST>
+void update_launch(const update_args &a, bool vec, int sms, cudaStream_t st) {
+    if (vec)
+        update_kernel<DT, MOM, NEST, true><<<grid_for(a.n / 4 ? a.n / 4 : 1, sms, 8), kThreads, 0, st>>>(a);
+    else
+        update_kernel<DT, MOM, NEST, false><<<grid_for(a.n, sms, 8), kThreads, 0, st>>>(a);
+}
+
+template <int DT>
+void update_dispatch(const update_args &a, bool mom, bool nesterov, bool vec, int sms, cudaStream_t st) {
+    if (!mom) update_launch<DT, false, false>(a, vec, sms, st);
+    else if (nesterov) update_launch<DT, true, true>(a, vec, sms, st);
+    else update_launch<DT, true, false>(a, vec, sms, st);
+}
+
+#define CHECK(what)                                                                                                  \
+    do {                                                                                                             \
+        cudaError_t e_ = cudaGetLastError();                                                                         \
+        if (e_ != cudaSuccess) return fail(err, errlen, what, e_);                                                   \
+    } while (0)
+
+} // namespace
+
+extern "C" int dgc_gpu_compress(dgc_gpu_state *s, const void *g, void *out, dgc_gpu_dtype dtype,
+                                const dgc_step_params *p, dgc_cuda_stream stream, char *err, size_t errlen) {
+    if (!s || !g || !out || !p) return fail_msg(err, errlen, "dgc_gpu_compress: NULL argument");
+    const dgc_gpu_shape *sh = &s->shape;
+    const uint64_t n = sh->n, k = p->k;
+    if (p->n != n || k < 1 || k > sh->k || (unsigned)dtype > (unsigned)DGC_GPU_BF16 ||
+        (dtype != DGC_GPU_F32 && !s->acc)) {
+        char msg[200];
+        snprintf(msg, sizeof msg,
+                 "dgc_gpu_compress: call (n %llu, k %llu, dtype %d) does not fit the state (n %llu, k %llu, dtype %d)",
+                 (unsigned long long)p->n, (unsigned long long)k, (int)dtype, (unsigned long long)n,
+                 (unsigned long long)sh->k, (int)sh->dtype);
+        return fail_msg(err, errlen, msg);
+    }
+    cudaStream_t st = (cudaStream_t)stream;
+    scratch *sc = s->sc;
+    const uint64_t ns = s->ns;
+    dgc_sample_plan sp;
+    dgc_sample_plan_for(n, k, p->sample_ratio, &sp);
+    const uint64_t cap = dgc_candidate_cap(n, k); /* <= s->cand_cap: the cap grows with k */
+
+    init_kernel<<<1, kThreads, 0, st>>>(sc, s->v2, ns, sp.count, sp.want);
+    CHECK("launching the compression's init");
+    if (p->clip_norm > 0) {
+        cudaError_t e = launch_clip(s, g, dtype, p, st);
+        if (e != cudaSuccess) return fail(err, errlen, "launching the clipping sum", e);
+    }
+    cudaError_t e = launch_sample(s, g, dtype, p, &sp, st);
+    if (e != cudaSuccess) return fail(err, errlen, "launching the threshold sample", e);
+    if ((e = launch_select(s, &sc->sample, sp.count, st)) != cudaSuccess)
+        return fail(err, errlen, "launching the threshold's select", e);
+
+    update_args a;
+    a.g = g;
+    a.zero = dtype == DGC_GPU_F32 ? static_cast<float *>(out) : s->acc;
+    a.v2 = s->v2;
+    a.u2 = s->u2;
+    a.n = n;
+    a.ns = ns;
+    a.sc = sc;
+    a.clip = p->clip_norm > 0;
+    a.m = p->momentum;
+    a.cand_idx = s->cand_idx;
+    a.cand_val = s->cand_val;
+    a.cap = cap;
+    const bool mom = s->u2 != nullptr;
+    bool vec;
+    switch (dtype) {
+    case DGC_GPU_F16:
+        vec = (uintptr_t)g % elem<DGC_GPU_F16>::align4 == 0;
+        update_dispatch<DGC_GPU_F16>(a, mom, p->nesterov != 0, vec, s->sms, st);
+        break;
+    case DGC_GPU_BF16:
+        vec = (uintptr_t)g % elem<DGC_GPU_BF16>::align4 == 0;
+        update_dispatch<DGC_GPU_BF16>(a, mom, p->nesterov != 0, vec, s->sms, st);
+        break;
+    default:
+        vec = (uintptr_t)g % 16 == 0 && (uintptr_t)out % 16 == 0;
+        update_dispatch<DGC_GPU_F32>(a, mom, p->nesterov != 0, vec, s->sms, st);
+        break;
+    }
+    CHECK("launching the update pass");
+
+    decide_kernel<<<1, 1, 0, st>>>(sc, s->v2, n, ns, k, cap, s->cand_idx, s->cand_val);
+    CHECK("launching the selection's decision");
+    if ((e = launch_select(s, &sc->sel, n, st)) != cudaSuccess)
+        return fail(err, errlen, "launching the top-k select", e);
+    compact_kernel<<<kCompactBlocks, kThreads, 0, st>>>(sc, s->keys[0], s->vals[0]);
+    CHECK("launching the selection's compaction");
+    ties_kernel<<<kCompactBlocks, kThreads, 0, st>>>(sc, s->keys[0], s->vals[0], k, (uint32_t)n);
+    CHECK("launching the selection's ties");
+
+    /* Padding keys are n, above every real index, so the real pairs come
+     * first, by increasing index. cub checks that its storage suffices. */
+    cub::DoubleBuffer<uint32_t> dk(s->keys[0], s->keys[1]);
+    cub::DoubleBuffer<float> dv(s->vals[0], s->vals[1]);
+    size_t temp = s->sort_temp_bytes;
+    try { /* see sort_temp_bytes: no exception into C */
+        e = cub::DeviceRadixSort::SortPairs(s->sort_temp, temp, dk, dv, (uint32_t)k, 0, sort_end_bit(n), st);
+    } catch (...) {
+        e = cudaErrorUnknown;
+    }
+    if (e != cudaSuccess) return fail(err, errlen, "sorting the selection", e);
+    CHECK("sorting the selection");
+    s->sorted = dk.selector;
+
+    pack_kernel<<<grid_for(k, s->sms, 4), kThreads, 0, st>>>(sc, dk.Current(), dv.Current(), s->payload, p->step, n,
+                                                             k);
+    CHECK("launching the payload's packing");
+    return 0;
+}

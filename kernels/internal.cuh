@@ -1,0 +1,137 @@
+/* What the CUDA engine's files share: the state (host side), the scratch
+ * block the kernels talk through (device side), and the launch helpers each
+ * file exports to dgc_gpu_compress / dgc_gpu_decode.
+ *
+ * Why a scratch block: every decision that depends on data (the threshold,
+ * how many candidates, which selection path, whether a payload is bad or a
+ * step non-finite, which array is committed) is written by one kernel and
+ * read by the next, in stream order, so the host never waits for the device.
+ * Kernels are launched unconditionally and return at once when the scratch
+ * says they have nothing to do.
+ *
+ * Cross-file helpers live in namespace dgc_cuda with hidden visibility
+ * (CMake's CUDA_VISIBILITY_PRESET): nvcc makes kernel stubs static, so each
+ * kernel is launched from the file that defines it. */
+#ifndef DGCSHIM_KERNELS_INTERNAL_CUH
+#define DGCSHIM_KERNELS_INTERNAL_CUH
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dgcshim/engine.h"
+#include "dgcshim/engine_cuda.h"
+#include "dgcshim/wire.h"
+
+namespace dgc_cuda {
+
+constexpr int kThreads = 256;          /* every kernel's block size (a multiple of 32: warp code relies on it) */
+constexpr int kClipBlocks = 1024;      /* fixed, so the sum of squares adds its partials in a fixed order */
+constexpr int kCompactBlocks = 1024;   /* fixed: the ordered tie compaction scans per-block counts */
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr unsigned long long kNoBad = ~0ull; /* bad_key when no payload failed its check */
+
+/* Selection paths, chosen on the device once the candidates are counted. */
+enum { MODE_ALL = 0, MODE_CANDIDATES = 1, MODE_EXACT = 2 };
+/* Decode outcomes, chosen on the device from the gathered headers. */
+enum { DEC_OK = 0, DEC_BAD = 1, DEC_NAN = 2 };
+
+/* One radix select: the want-th largest key among count values, keys being
+ * the bit patterns of |value| (non-negative floats order like their bits).
+ * Four passes of 8 bits; each pass's last block picks the digit. */
+struct select_job {
+    const float *vals;     /* the values; key = bits & 0x7fffffff */
+    const uint32_t *idx;   /* their element indices, NULL: the position is the index */
+    unsigned long long count, want, want0;
+    unsigned int prefix, mask; /* the digits fixed so far */
+    unsigned int active;   /* 0: every pass returns at once */
+    unsigned int done;     /* blocks finished in the current pass */
+    unsigned int hist[256];
+    /* results, after the fourth pass */
+    unsigned int tbits;    /* the want0-th largest key */
+    unsigned int ties_all; /* every element equal to t is taken: no ordered tie scan */
+    unsigned long long cnt_gt;    /* elements with key > t (they are all taken) */
+    unsigned long long ties_take; /* elements with key == t taken, the first ones in position order */
+    unsigned long long nsel;      /* cnt_gt + ties_take */
+};
+
+/* The device-side scratch of one state. cur and prev_* persist across calls;
+ * the rest is reset by each compress. */
+struct scratch {
+    int cur;                 /* which half of v2 (and u2) is committed */
+    int prev_valid;          /* gathered payloads of a committed step are kept in prev */
+    int prev_nranks;
+    int mode;                /* MODE_* of this call's selection */
+    unsigned long long prev_k;
+    float scale;             /* clipping factor (1 when clipping is off) */
+    unsigned int clip_done;  /* blocks finished in the sum of squares */
+    unsigned int nonfinite;  /* some updated v is Inf or NaN */
+    int dec_mode;            /* DEC_* of this call's decode */
+    unsigned long long ncand;     /* candidates seen (may exceed the room) */
+    unsigned long long gt_fill;   /* slots taken by values above t */
+    unsigned long long tie_fill;  /* slots taken by ties (when all ties go) */
+    unsigned long long bad_key;   /* (rank << 40 | slot + 1) of the first bad slot, kNoBad */
+    select_job sample;       /* the threshold from the sample */
+    select_job sel;          /* the exact top k among candidates or the whole buffer */
+    unsigned int blk_ties[kCompactBlocks];
+    double clip_part[kClipBlocks];
+};
+
+} // namespace dgc_cuda
+
+/* The host side of a state. One cudaMalloc holds every device array. */
+struct dgc_gpu_state {
+    dgc_gpu_shape shape;
+    int sms;                 /* multiprocessors: caps the grids of grid-stride kernels */
+    void *block;             /* the one device allocation */
+    size_t bytes;            /* its size: dgc_gpu_state_footprint(shape) */
+    uint64_t ns;             /* the halves' stride: n rounded up to 64 floats (256 bytes) */
+    float *v2, *u2;          /* [2][ns] residual and momentum (u2 NULL without momentum) */
+    float *acc;              /* fp32 accumulator, n (NULL when the dtype is fp32) */
+    uint32_t *cand_idx;      /* candidates of the update pass, cand_cap of them */
+    float *cand_val;
+    uint64_t cand_cap;
+    uint32_t *keys[2];       /* the selection, k slots, and the sort's other buffer: */
+    float *vals[2];          /* [1] are the candidate arrays, free by then */
+    void *sort_temp;
+    size_t sort_temp_bytes;
+    void *payload;           /* dgc_wire_bytes(k) */
+    void *gathered;          /* nranks * dgc_wire_bytes(k) */
+    void *prev;              /* the same, when keep_prev */
+    dgc_cuda::scratch *sc;
+    unsigned long long *nonfinite_host; /* mapped: steps dropped, for dgc_gpu_state_nonfinite */
+    unsigned long long *nonfinite_dev;
+    /* After a compress: which keys/vals buffer holds the sorted selection
+     * (the sort decides on the host), for the decode's masking. */
+    int sorted;
+    uint64_t sort_k;         /* k the sort's temp storage was last checked for */
+};
+
+namespace dgc_cuda {
+
+/* Records a CUDA failure for dgc_gpu_last_error and writes "what: why" into
+ * err (when not NULL). Returns -1. */
+int fail(char *err, size_t errlen, const char *what, cudaError_t e);
+/* The same for a failure that is not CUDA's (bad arguments). */
+int fail_msg(char *err, size_t errlen, const char *msg);
+
+/* Blocks for a grid-stride kernel over count items: enough to cover them,
+ * at most per_sm blocks per multiprocessor, at least one. */
+unsigned int grid_for(uint64_t count, int sms, int per_sm);
+
+/* Bytes of cub's sort temp storage for k pairs of keys with end_bit bits. */
+cudaError_t sort_temp_bytes(uint64_t k, int end_bit, size_t *bytes);
+/* Bits the sort looks at for indices below n, with n as the padding key. */
+int sort_end_bit(uint64_t n);
+
+/* sample_select.cu: clipping, the threshold sample, radix select passes. */
+cudaError_t launch_clip(dgc_gpu_state *s, const void *g, dgc_gpu_dtype dtype, const dgc_step_params *p,
+                        cudaStream_t st);
+cudaError_t launch_sample(dgc_gpu_state *s, const void *g, dgc_gpu_dtype dtype, const dgc_step_params *p,
+                          const dgc_sample_plan *sp, cudaStream_t st);
+/* The four passes over a job; max_count bounds the job's count (grid size). */
+cudaError_t launch_select(dgc_gpu_state *s, select_job *job, uint64_t max_count, cudaStream_t st);
+
+} // namespace dgc_cuda
+
+#endif

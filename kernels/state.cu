@@ -1,0 +1,288 @@
+/* The CUDA engine's state: one device allocation carved into every array the
+ * state will ever use, sized at creation for the shape's k (the warm-up's
+ * first, the largest), so that no later call allocates (invariant 5). Also
+ * the report, availability and error text, and the test read-back.
+ *
+ * Nothing here runs at load time: no constructors, no global objects that
+ * call CUDA. The library is loaded into MPI-only jobs on machines without a
+ * driver; the runtime is first touched by dgc_gpu_available or a create. */
+#include <cub/device/device_radix_sort.cuh>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.cuh"
+
+namespace dgc_cuda {
+
+/* The last failure's text, per thread (the front end logs it). */
+static thread_local char last_error[256];
+
+int fail(char *err, size_t errlen, const char *what, cudaError_t e) {
+    snprintf(last_error, sizeof last_error, "%s: %s", what, cudaGetErrorString(e));
+    if (err && errlen) snprintf(err, errlen, "%s", last_error);
+    return -1;
+}
+
+int fail_msg(char *err, size_t errlen, const char *msg) {
+    snprintf(last_error, sizeof last_error, "%s", msg);
+    if (err && errlen) snprintf(err, errlen, "%s", msg);
+    return -1;
+}
+
+unsigned int grid_for(uint64_t count, int sms, int per_sm) {
+    uint64_t blocks = (count + kThreads - 1) / kThreads;
+    uint64_t cap = (uint64_t)(sms > 0 ? sms : 1) * (uint64_t)per_sm;
+    if (blocks > cap) blocks = cap;
+    return blocks ? (unsigned int)blocks : 1u;
+}
+
+int sort_end_bit(uint64_t n) {
+    int b = 0;
+    while (b < 32 && (n >> b) != 0) b++; /* n itself (the padding key) fits in b bits */
+    return b ? b : 1;
+}
+
+cudaError_t sort_temp_bytes(uint64_t k, int end_bit, size_t *bytes) {
+    cub::DoubleBuffer<uint32_t> keys(nullptr, nullptr);
+    cub::DoubleBuffer<float> vals(nullptr, nullptr);
+    *bytes = 0;
+    /* cub's first call per device asks which device is current and throws
+     * when it cannot tell: no C++ exception may reach the C callers. */
+    try {
+        return cub::DeviceRadixSort::SortPairs(nullptr, *bytes, keys, vals, (uint32_t)k, 0, end_bit, (cudaStream_t)0);
+    } catch (...) {
+        return cudaErrorUnknown;
+    }
+}
+
+} // namespace dgc_cuda
+
+using namespace dgc_cuda;
+
+namespace {
+
+constexpr size_t kAlign = 256;
+
+size_t up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+/* The committed and the spare half of v (and u) start 256-byte aligned, so
+ * that the update pass moves them in 16-byte vectors whatever n is. */
+uint64_t stride_of(uint64_t n) { return (n + 63) / 64 * 64; }
+
+/* Offsets of every array in the one allocation. */
+struct layout {
+    size_t v2, u2, acc, cand_idx, cand_val, keys0, vals0, temp, payload, gathered, prev, sc, total;
+    size_t temp_bytes;
+    uint64_t cap;
+};
+
+/* The sort's temp storage for any k up to the shape's: cub's need is not
+ * promised to grow with the item count (it switches algorithms with size),
+ * so the largest over the k a warm-up can use is taken: k, k/2, ... 1. */
+cudaError_t max_sort_temp(uint64_t k, size_t *bytes) {
+    *bytes = 0;
+    for (uint64_t kk = k;; kk /= 2) {
+        size_t b;
+        cudaError_t e = sort_temp_bytes(kk ? kk : 1, 32, &b);
+        if (e != cudaSuccess) return e;
+        if (b > *bytes) *bytes = b;
+        if (kk <= 1) break;
+    }
+    return cudaSuccess;
+}
+
+cudaError_t plan(const dgc_gpu_shape *sh, layout *l) {
+    const uint64_t n = sh->n, k = sh->k, r = (uint64_t)sh->nranks;
+    l->cap = dgc_candidate_cap(n, k);
+    cudaError_t e = max_sort_temp(k, &l->temp_bytes);
+    if (e != cudaSuccess) return e;
+    size_t o = 0;
+    const size_t f = sizeof(float), w = dgc_wire_bytes(k);
+    const uint64_t ns = stride_of(n);
+    l->v2 = o; o += up(2 * ns * f);
+    l->u2 = o; o += sh->with_momentum ? up(2 * ns * f) : 0;
+    l->acc = o; o += sh->dtype != DGC_GPU_F32 ? up(n * f) : 0;
+    l->cand_idx = o; o += up(l->cap * sizeof(uint32_t));
+    l->cand_val = o; o += up(l->cap * f);
+    /* The sort's other buffers are the candidate arrays (cap >= k), dead
+     * once the selection is compacted out of them. */
+    l->keys0 = o; o += up(k * sizeof(uint32_t));
+    l->vals0 = o; o += up(k * f);
+    l->temp = o; o += up(l->temp_bytes);
+    l->payload = o; o += up(w);
+    l->gathered = o; o += up(r * w);
+    l->prev = o; o += sh->keep_prev ? up(r * w) : 0;
+    l->sc = o; o += up(sizeof(scratch));
+    l->total = o;
+    return cudaSuccess;
+}
+
+int shape_ok(const dgc_gpu_shape *sh, char *err, size_t errlen) {
+    if (!sh || sh->n == 0 || sh->n > UINT32_MAX || sh->k == 0 || sh->k > sh->n || sh->nranks < 1 ||
+        (unsigned)sh->dtype > (unsigned)DGC_GPU_BF16) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "bad GPU state shape (n %llu, k %llu, nranks %d): need 1 <= k <= n < 2^32",
+                 sh ? (unsigned long long)sh->n : 0ull, sh ? (unsigned long long)sh->k : 0ull, sh ? sh->nranks : 0);
+        return fail_msg(err, errlen, msg);
+    }
+    return 0;
+}
+
+} // namespace
+
+extern "C" {
+
+size_t dgc_gpu_dtype_size(dgc_gpu_dtype t) { return t == DGC_GPU_F32 ? 4 : 2; }
+
+size_t dgc_gpu_state_footprint(const dgc_gpu_shape *shape) {
+    layout l;
+    if (shape_ok(shape, NULL, 0) || plan(shape, &l) != cudaSuccess) return 0;
+    return l.total;
+}
+
+dgc_gpu_state *dgc_gpu_state_create(const dgc_gpu_shape *shape, dgc_cuda_stream stream, char *err, size_t errlen) {
+    if (shape_ok(shape, err, errlen)) return NULL;
+    cudaStream_t st = (cudaStream_t)stream;
+    layout l;
+    cudaError_t e = plan(shape, &l);
+    if (e != cudaSuccess) {
+        fail(err, errlen, "sizing the sort's scratch", e);
+        return NULL;
+    }
+    int dev = 0, sms = 0;
+    if ((e = cudaGetDevice(&dev)) != cudaSuccess ||
+        (e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) {
+        fail(err, errlen, "querying the device", e);
+        return NULL;
+    }
+    dgc_gpu_state *s = (dgc_gpu_state *)calloc(1, sizeof *s);
+    if (!s) {
+        fail_msg(err, errlen, "no host memory for a GPU state");
+        return NULL;
+    }
+    s->shape = *shape;
+    s->sms = sms;
+    s->bytes = l.total;
+    s->ns = stride_of(shape->n);
+    char what[128];
+    if ((e = cudaMalloc(&s->block, l.total)) != cudaSuccess) {
+        snprintf(what, sizeof what, "cudaMalloc of %zu bytes for a %llu-element buffer's state", l.total,
+                 (unsigned long long)shape->n);
+        fail(err, errlen, what, e);
+        s->block = NULL;
+        dgc_gpu_state_destroy(s);
+        return NULL;
+    }
+    if ((e = cudaHostAlloc((void **)&s->nonfinite_host, sizeof *s->nonfinite_host, cudaHostAllocMapped)) !=
+        cudaSuccess) {
+        fail(err, errlen, "cudaHostAlloc of the state's counter", e);
+        s->nonfinite_host = NULL;
+        dgc_gpu_state_destroy(s);
+        return NULL;
+    }
+    *s->nonfinite_host = 0;
+    if ((e = cudaHostGetDevicePointer((void **)&s->nonfinite_dev, s->nonfinite_host, 0)) != cudaSuccess) {
+        fail(err, errlen, "cudaHostGetDevicePointer of the state's counter", e);
+        dgc_gpu_state_destroy(s);
+        return NULL;
+    }
+    char *b = (char *)s->block;
+    s->v2 = (float *)(b + l.v2);
+    s->u2 = shape->with_momentum ? (float *)(b + l.u2) : NULL;
+    s->acc = shape->dtype != DGC_GPU_F32 ? (float *)(b + l.acc) : NULL;
+    s->cand_idx = (uint32_t *)(b + l.cand_idx);
+    s->cand_val = (float *)(b + l.cand_val);
+    s->cand_cap = l.cap;
+    s->keys[0] = (uint32_t *)(b + l.keys0);
+    s->keys[1] = s->cand_idx;
+    s->vals[0] = (float *)(b + l.vals0);
+    s->vals[1] = s->cand_val;
+    s->sort_temp = b + l.temp;
+    s->sort_temp_bytes = l.temp_bytes;
+    s->payload = b + l.payload;
+    s->gathered = b + l.gathered;
+    s->prev = shape->keep_prev ? b + l.prev : NULL;
+    s->sc = (scratch *)(b + l.sc);
+    /* Zero state (v = u = 0, cur = 0, nothing kept), and no bad slot yet. */
+    if ((e = cudaMemsetAsync(s->block, 0, l.total, st)) != cudaSuccess ||
+        (e = cudaMemsetAsync(&s->sc->bad_key, 0xff, sizeof s->sc->bad_key, st)) != cudaSuccess) {
+        fail(err, errlen, "zeroing a new GPU state", e);
+        dgc_gpu_state_destroy(s);
+        return NULL;
+    }
+    return s;
+}
+
+void dgc_gpu_state_destroy(dgc_gpu_state *s) {
+    if (!s) return;
+    /* cudaFree waits for the device to finish with the block. */
+    if (s->block) cudaFree(s->block);
+    if (s->nonfinite_host) cudaFreeHost(s->nonfinite_host);
+    free(s);
+}
+
+const dgc_gpu_shape *dgc_gpu_state_shape(const dgc_gpu_state *s) { return &s->shape; }
+size_t dgc_gpu_state_bytes(const dgc_gpu_state *s) { return s->bytes; }
+void *dgc_gpu_payload(dgc_gpu_state *s) { return s->payload; }
+void *dgc_gpu_gathered(dgc_gpu_state *s) { return s->gathered; }
+
+uint64_t dgc_gpu_state_nonfinite(const dgc_gpu_state *s) {
+    return *(volatile const unsigned long long *)s->nonfinite_host;
+}
+
+int dgc_gpu_state_read(dgc_gpu_state *s, float *v, float *u) {
+    cudaError_t e;
+    int cur = 0;
+    const uint64_t n = s->shape.n, ns = s->ns;
+    if ((e = cudaDeviceSynchronize()) != cudaSuccess ||
+        (e = cudaMemcpy(&cur, &s->sc->cur, sizeof cur, cudaMemcpyDeviceToHost)) != cudaSuccess)
+        return fail(NULL, 0, "reading a GPU state", e);
+    if (v && (e = cudaMemcpy(v, s->v2 + (cur ? ns : 0), n * sizeof(float), cudaMemcpyDeviceToHost)) != cudaSuccess)
+        return fail(NULL, 0, "reading a GPU state's residual", e);
+    if (u && s->u2 &&
+        (e = cudaMemcpy(u, s->u2 + (cur ? ns : 0), n * sizeof(float), cudaMemcpyDeviceToHost)) != cudaSuccess)
+        return fail(NULL, 0, "reading a GPU state's momentum", e);
+    return 0;
+}
+
+dgc_gpu_report *dgc_gpu_report_create(void) {
+    if (!dgc_gpu_available()) return NULL;
+    dgc_gpu_report *r = NULL;
+    cudaError_t e = cudaHostAlloc((void **)&r, sizeof *r, cudaHostAllocMapped);
+    if (e != cudaSuccess) {
+        fail(NULL, 0, "cudaHostAlloc of a report", e);
+        return NULL;
+    }
+    memset(r, 0, sizeof *r);
+    return r;
+}
+
+void dgc_gpu_report_destroy(dgc_gpu_report *r) {
+    if (r) cudaFreeHost(r);
+}
+
+/* Why no device is usable, kept for every thread's dgc_gpu_last_error. */
+static char probe_reason[256];
+
+/* Asked once, on first use: a function-local static is initialised lazily
+ * and thread-safely, never at load time. */
+static int probe(void) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) fail(probe_reason, sizeof probe_reason, "cudaGetDeviceCount", e);
+    else if (count < 1) fail_msg(probe_reason, sizeof probe_reason, "cudaGetDeviceCount: no CUDA device");
+    return e == cudaSuccess && count > 0;
+}
+
+int dgc_gpu_available(void) {
+    static const int available = probe();
+    return available;
+}
+
+const char *dgc_gpu_last_error(void) {
+    if (last_error[0]) return last_error;
+    return probe_reason[0] ? probe_reason : "no error";
+}
+
+} // extern "C"

@@ -1,0 +1,25 @@
+# The NCCL front end: ncclAllReduce and the group and communicator calls
+# around it, over the CUDA engine (kernels/, dgcshim_cuda). Included by the
+# top-level CMakeLists.txt when the GPU path is on, after the dgcshim target
+# exists; it sets DGC_NCCL_SOURCES, which that file adds to the target.
+set(DGC_NCCL_SOURCES
+  ${CMAKE_CURRENT_LIST_DIR}/nccl_agree.c
+  ${CMAKE_CURRENT_LIST_DIR}/nccl_allreduce.c
+  ${CMAKE_CURRENT_LIST_DIR}/nccl_call.c
+  ${CMAKE_CURRENT_LIST_DIR}/nccl_comm.c
+  ${CMAKE_CURRENT_LIST_DIR}/nccl_device.c
+  ${CMAKE_CURRENT_LIST_DIR}/nccl_exit.c
+  ${CMAKE_CURRENT_LIST_DIR}/nccl_group.c
+  ${CMAKE_CURRENT_LIST_DIR}/nccl_resolve.c
+  ${CMAKE_CURRENT_LIST_DIR}/nccl_setup.c
+  ${CMAKE_CURRENT_LIST_DIR}/nccl_state.c)
+
+# The front end calls the CUDA runtime itself (devices, capture, the
+# check's copies): the static one, never libcudart.so (tests/gpu/needed.sh).
+# A static runtime inside a preloaded library must not export its symbols:
+# they would take the place of the application's own libcudart for every
+# cuda* call in the process. --exclude-libs hides whatever the archives
+# linked into libdgcshim.so define, as NCCL's own build does.
+target_include_directories(dgcshim PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+target_link_libraries(dgcshim PRIVATE CUDA::cudart_static)
+target_link_options(dgcshim PRIVATE "LINKER:--exclude-libs,ALL")

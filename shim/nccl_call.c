@@ -1,0 +1,269 @@
+/* Compressed ncclAllReduce calls, from the decision to compress on:
+ *
+ *   prepare   read the device's news, take the step, plan k, find or make
+ *             the state, enqueue the compression (or a flagged payload)
+ *   exchange  the real ncclAllGather of the fixed-size payloads, as bytes
+ *   finish    enqueue the decode (or the stateless one), count
+ *
+ * Several calls (those a user's group held back) run as one batch: all
+ * prepared, their exchanges in one NCCL group of our own, all finished.
+ *
+ * Failures keep every rank issuing the same collectives (invariant 1):
+ *   - a rank without state (no device memory, over DGC_MAX_STATE_MB) sends a
+ *     header flagged DGC_WIRE_FAILED from stream-ordered memory of the
+ *     call's own; the device then makes the step a no-op with NaN output on
+ *     every rank and counts it in the communicator's report;
+ *   - errors the device finds (a failed rank, a bad payload) reach the host
+ *     through that report, read without waiting at the start of every
+ *     compressed call: the call is enqueued as usual, then returns
+ *     ncclSystemError / ncclInvalidUsage. Ranks may learn of it at different
+ *     calls; they all issue the same collectives meanwhile;
+ *   - only when not even the flagged payload's few bytes can be had does a
+ *     rank stop issuing (ncclSystemError at once, logged: the others may
+ *     wait for it). */
+#include <stdatomic.h>
+#include <stdio.h>
+
+#include "dgcshim/policy.h"
+#include "dgcshim/wire.h"
+#include "log.h"
+#include "nccl_internal.h"
+
+int dgc_nccl_gpu_dtype(ncclDataType_t dtype, dgc_gpu_dtype *out) {
+    switch (dtype) {
+    case ncclFloat32: *out = DGC_GPU_F32; return 0;
+    case ncclFloat16: *out = DGC_GPU_F16; return 0;
+    case ncclBfloat16: *out = DGC_GPU_BF16; return 0;
+    default: return -1;
+    }
+}
+
+static const char *bad_reason(uint32_t bad) {
+    switch (bad) {
+    case DGC_GPU_BAD_MAGIC: return "not a dgcshim payload, or unknown flags";
+    case DGC_GPU_BAD_HEADER: return "its step, n or k differ from this rank's";
+    case DGC_GPU_BAD_INDEX: return "an index out of range";
+    case DGC_GPU_BAD_ORDER: return "indices not strictly increasing, or padding before a pair";
+    default: return "unknown reason";
+    }
+}
+
+/* What the device reported since the last look, logged once; the error the
+ * current call returns after it is enqueued (ncclSuccess: none). */
+static ncclResult_t news(dgc_comm *c) {
+    dgc_nccl_comm *x = dgc_nccl_ext(c);
+    const volatile dgc_gpu_report *r = x->report;
+    ncclResult_t rc = ncclSuccess;
+    uint32_t bad = r->bad;
+    atomic_thread_fence(memory_order_acquire); /* the details were written before bad */
+    if (bad && !x->bad_said) {
+        x->bad_said = 1;
+        DGC_ERROR("a payload from rank %d failed its check on the device (%s; slot %llu, value %llu, step %llu): "
+                  "that step changed no state on any rank; this call returns ncclInvalidUsage",
+                  (int)r->bad_rank, bad_reason(bad), (unsigned long long)r->bad_slot,
+                  (unsigned long long)r->bad_value, (unsigned long long)r->bad_step);
+        rc = ncclInvalidUsage;
+    }
+    uint64_t failed = r->failed;
+    if (failed != x->failed_seen) {
+        DGC_ERROR("%llu step(s) failed on every rank because rank %d could not take part (no device memory for "
+                  "its state, or over its DGC_MAX_STATE_MB: its own log says): output NaN, no state changed; this "
+                  "call returns ncclSystemError",
+                  (unsigned long long)(failed - x->failed_seen), (int)r->failed_rank);
+        x->failed_seen = failed;
+        if (rc == ncclSuccess) rc = ncclSystemError;
+    }
+    uint64_t nonfinite = r->nonfinite;
+    if (nonfinite != x->nonfinite_seen) {
+        DGC_INFO("%llu step(s) held Inf/NaN on some rank: output set to NaN, residual and momentum kept as they were",
+                 (unsigned long long)(nonfinite - x->nonfinite_seen));
+        x->nonfinite_seen = nonfinite;
+    }
+    return rc;
+}
+
+/* The call's own resources: its state unpinned, its exchange memory freed
+ * in stream order (after the kernels that use it). */
+static void release(dgc_nccl_call *k) {
+    if (k->b) k->b->pinned = 0;
+    if (k->xbuf) cudaFreeAsync(k->xbuf, k->stream);
+    k->xbuf = NULL;
+}
+
+/* No state: a flagged header from the call's own stream-ordered memory. */
+static void take_part_flagged(dgc_nccl_call *k) {
+    size_t one = dgc_wire_bytes(k->p.k);
+    if (!k->payload) {
+        cudaError_t e = cudaMallocAsync(&k->xbuf, one * (1 + (size_t)k->c->nranks), k->stream);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            k->xbuf = NULL;
+            DGC_ERROR("no device memory even for the %zu bytes of a flagged payload (%s): this call fails with "
+                      "ncclSystemError without its all-gather, and the other ranks may wait for this one",
+                      one * (1 + (size_t)k->c->nranks), cudaGetErrorString(e));
+            k->part = DGC_NCCL_DEAD;
+            k->rc = ncclSystemError;
+            return;
+        }
+        k->payload = k->xbuf;
+        k->gathered = (char *)k->xbuf + one;
+    }
+    k->part = DGC_NCCL_FAILED;
+    dgc_registry_count_failed();
+    if (dgc_gpu_flag_only(k->payload, DGC_WIRE_FAILED, &k->p, k->stream)) {
+        DGC_ERROR("a flagged payload could not be enqueued (%s): this call fails with ncclUnhandledCudaError "
+                  "without its all-gather, and the other ranks may wait for this one",
+                  dgc_gpu_last_error());
+        k->part = DGC_NCCL_DEAD;
+        k->rc = ncclUnhandledCudaError;
+    }
+}
+
+static void prepare(dgc_nccl_call *k, const dgc_config *cfg) {
+    dgc_comm *c = k->c;
+    /* The engine checks its launches with cudaGetLastError: a failure of an
+     * earlier call of ours (already handled: an allocation refused) must not
+     * read as this call's. Sticky errors stay whatever is done here. */
+    (void)cudaGetLastError();
+    k->b = NULL;
+    k->payload = k->gathered = k->xbuf = NULL;
+    k->stepped = 0;
+    k->xrc = ncclSuccess;
+    k->rc = news(c);
+    uint64_t step;
+    if (dgc_registry_next_step(c, k->count, &step)) {
+        if (!c->table_full_warned++)
+            DGC_WARN("an NCCL communicator has all-reduced %d distinct counts: new counts pass through",
+                     DGC_COUNTS_PER_COMM);
+        k->part = DGC_NCCL_PASS;
+        return;
+    }
+    k->stepped = 1;
+    if (dgc_policy_plan(cfg, k->count, step, c->nranks, &k->p)) { /* too big for one payload */
+        k->part = DGC_NCCL_PASS;
+        return;
+    }
+    k->b = dgc_nccl_state_get(k, cfg);
+    if (k->b) {
+        char err[256] = "";
+        k->payload = dgc_gpu_payload(k->b->gpu);
+        k->gathered = dgc_gpu_gathered(k->b->gpu);
+        if (dgc_gpu_compress(k->b->gpu, k->send, k->recv, k->gpu_dtype, &k->p, k->stream, err, sizeof err) == 0) {
+            k->part = DGC_NCCL_STATE;
+            return;
+        }
+        DGC_ERROR("the compression of a %llu-element buffer could not be enqueued (%s): the call takes part "
+                  "flagged as failed",
+                  (unsigned long long)k->count, err);
+    }
+    take_part_flagged(k); /* into the state's own exchange buffers when there is a state */
+}
+
+static void exchange(const dgc_nccl_api *api, dgc_nccl_call *k) {
+    switch (k->part) {
+    case DGC_NCCL_PASS:
+        k->xrc = api->all_reduce(k->send, k->recv, k->count, k->dtype, k->op, k->comm, k->stream);
+        break;
+    case DGC_NCCL_STATE:
+    case DGC_NCCL_FAILED:
+        k->xrc = api->all_gather(k->payload, k->gathered, dgc_wire_bytes(k->p.k), ncclUint8, k->comm, k->stream);
+        break;
+    default: break;
+    }
+}
+
+/* The exchange did not go through: nothing is decoded, nothing committed,
+ * and the step is given back. NCCL's own log says why. */
+static void exchange_failed(dgc_nccl_call *k, ncclResult_t rc) {
+    if (k->stepped) dgc_registry_undo_step(k->c, k->count);
+    if (k->part != DGC_NCCL_PASS)
+        DGC_ERROR("the real ncclAllGather of a compressed call failed (ncclResult_t %d): nothing was decoded or "
+                  "committed",
+                  (int)rc);
+    k->part = DGC_NCCL_DEAD;
+    k->rc = rc;
+}
+
+/* engine_seconds stays 0 on the GPU path: timing the kernels would take a
+ * host wait (or events read later), which steady state does not have. */
+static void count_call(dgc_nccl_call *k) {
+    dgc_buffer_stats *s = &k->b->stats;
+    size_t wire = dgc_wire_bytes(k->p.k);
+    s->calls++;
+    s->dense_bytes += (uint64_t)k->count * dgc_gpu_dtype_size(k->gpu_dtype);
+    s->wire_bytes += wire;
+    s->last_wire_bytes = wire;
+    s->nonfinite = dgc_gpu_state_nonfinite(k->b->gpu); /* as far as the device has got: no wait */
+}
+
+static void finish(dgc_nccl_call *k, const dgc_config *cfg) {
+    dgc_gpu_report *report = dgc_nccl_ext(k->c)->report;
+    char err[256] = "";
+    int failed = 0;
+    switch (k->part) {
+    case DGC_NCCL_PASS:
+        dgc_registry_tally_add(DGC_TALLY_NCCL_PASSED);
+        if (cfg->stats) dgc_registry_count_passthrough();
+        break;
+    case DGC_NCCL_STATE:
+        failed = dgc_gpu_decode(k->b->gpu, k->recv, k->gpu_dtype, &k->p, cfg->compensate, k->op == ncclAvg, report,
+                                k->stream, err, sizeof err) != 0;
+        count_call(k);
+        dgc_registry_tally_add(DGC_TALLY_NCCL_COMPRESSED);
+        break;
+    case DGC_NCCL_FAILED:
+        failed = dgc_gpu_decode_stateless(k->gathered, k->recv, k->gpu_dtype, &k->p, report, k->stream) != 0;
+        if (failed) snprintf(err, sizeof err, "%s", dgc_gpu_last_error());
+        dgc_registry_tally_add(DGC_TALLY_NCCL_COMPRESSED);
+        break;
+    default: break;
+    }
+    if (failed) {
+        DGC_ERROR("the decode of a %llu-element buffer could not be enqueued (%s): ncclUnhandledCudaError",
+                  (unsigned long long)k->count, err);
+        if (k->rc == ncclSuccess) k->rc = ncclUnhandledCudaError;
+    }
+    release(k);
+}
+
+ncclResult_t dgc_nccl_run(const dgc_nccl_api *api, dgc_nccl_call *k, int n, const dgc_config *cfg) {
+    for (int i = 0; i < n; i++) {
+        if (dgc_device_switch(dgc_nccl_ext(k[i].c)->device) == 0) {
+            prepare(&k[i], cfg);
+        } else {
+            k[i].b = NULL;
+            k[i].xbuf = NULL;
+            k[i].part = DGC_NCCL_DEAD;
+            k[i].rc = ncclUnhandledCudaError;
+        }
+    }
+    /* One exchange alone needs no group; several share one, which is also
+     * what lets one thread drive several devices' ranks. */
+    int grouped = n > 1;
+    ncclResult_t gs = grouped ? api->group_start() : ncclSuccess;
+    for (int i = 0; i < n; i++) {
+        if (k[i].part == DGC_NCCL_DEAD) continue;
+        if (gs != ncclSuccess) {
+            exchange_failed(&k[i], gs);
+            continue;
+        }
+        dgc_device_switch(dgc_nccl_ext(k[i].c)->device);
+        exchange(api, &k[i]);
+    }
+    if (grouped && gs == ncclSuccess) {
+        ncclResult_t ge = api->group_end(); /* group members return ncclSuccess; this says how they went */
+        for (int i = 0; i < n; i++)
+            if (k[i].part != DGC_NCCL_DEAD && k[i].xrc == ncclSuccess) k[i].xrc = ge;
+    }
+    ncclResult_t first = ncclSuccess;
+    for (int i = 0; i < n; i++) {
+        if (k[i].part != DGC_NCCL_DEAD) {
+            ncclResult_t rc = dgc_nccl_settle(api, k[i].comm, k[i].xrc);
+            if (rc != ncclSuccess) exchange_failed(&k[i], rc);
+        }
+        if (dgc_device_switch(dgc_nccl_ext(k[i].c)->device) == 0) finish(&k[i], cfg);
+        else release(&k[i]);
+        if (first == ncclSuccess) first = k[i].rc;
+    }
+    return first;
+}

@@ -1,0 +1,59 @@
+/* The caller's device and stream, seen from the shim's own CUDA runtime.
+ *
+ * The shim links the CUDA runtime statically (so that libcudart is not
+ * NEEDED): its runtime instance is not the application's, and keeps its own
+ * idea of the current device. Both sit on the driver's primary contexts, so
+ * device memory, streams and events are shared; the current device is not,
+ * so every entry into CUDA first points the shim's runtime at the
+ * communicator's device, and points it back afterwards (the driver's
+ * current context is per thread and the application's runtime may read it). */
+#include <sched.h>
+
+#include "log.h"
+#include "nccl_internal.h"
+
+int dgc_device_switch(int device) {
+    cudaError_t e = cudaSetDevice(device);
+    if (e == cudaSuccess) return 0;
+    (void)cudaGetLastError();
+    DGC_ERROR("cudaSetDevice(%d) failed: %s", device, cudaGetErrorString(e));
+    return -1;
+}
+
+int dgc_device_enter(dgc_device_guard *g, int device) {
+    int cur = -1;
+    g->saved = cudaGetDevice(&cur) == cudaSuccess ? cur : -1;
+    g->changed = 0;
+    if (cur == device && g->saved >= 0) return 0;
+    if (dgc_device_switch(device)) return -1;
+    g->changed = 1;
+    return 0;
+}
+
+void dgc_device_leave(dgc_device_guard *g) {
+    if (g->changed && g->saved >= 0) cudaSetDevice(g->saved);
+    g->changed = 0;
+}
+
+int dgc_stream_capturing(cudaStream_t stream) {
+    enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    cudaError_t e = cudaStreamIsCapturing(stream, &st);
+    if (e != cudaSuccess) {
+        /* The legacy stream, queried while another stream captures in
+         * global mode, answers cudaErrorStreamCaptureImplicit: a capture is
+         * under way, so nothing of ours may run now either. */
+        (void)cudaGetLastError(); /* not sticky: clear it so that it is not reported again */
+        return 1;
+    }
+    return st != cudaStreamCaptureStatusNone;
+}
+
+ncclResult_t dgc_nccl_settle(const dgc_nccl_api *api, ncclComm_t comm, ncclResult_t rc) {
+    if (rc != ncclInProgress) return rc;
+    ncclResult_t st = ncclInProgress;
+    while (st == ncclInProgress) {
+        if (api->comm_get_async_error(comm, &st) != ncclSuccess) return ncclInternalError;
+        if (st == ncclInProgress) sched_yield();
+    }
+    return st;
+}

@@ -1,0 +1,223 @@
+/* Shared by the NCCL front-end files (shim/nccl_*.c).
+ *
+ * The front end knows NCCL and nothing of DGC beyond the engine's entry
+ * points (engine_cuda.h) and the policy. Its rules, from ../shared/DESIGN.md:
+ *   - whether a call is compressed, and everything that sets a message
+ *     size, is a function of count, datatype, op, communicator size,
+ *     configuration and per-communicator call counters: the same on every
+ *     rank (invariant 1);
+ *   - everything is enqueued on the caller's stream; the host waits for the
+ *     device only on a communicator's first sight (its configuration check)
+ *     and when state is freed (invariant 5);
+ *   - inside ncclGroupStart/End nothing is launched: compressed calls are
+ *     recorded and run after the outermost ncclGroupEnd (nccl_group.c). */
+#ifndef DGCSHIM_NCCL_INTERNAL_H
+#define DGCSHIM_NCCL_INTERNAL_H
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <stdint.h>
+
+#include "dgcshim/config.h"
+#include "dgcshim/engine.h"
+#include "dgcshim/engine_cuda.h"
+#include "registry.h"
+
+/* The interposed functions are the library's interface: nccl.h declares
+ * them without a visibility, and the build hides everything by default. */
+#define DGC_EXPORT __attribute__((visibility("default")))
+
+/* ---- the real NCCL (nccl_resolve.c) ---- */
+
+/* The real library's entry points, all from one loaded object. The
+ * optional ones are NULL where that NCCL lacks them. */
+typedef struct {
+    ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
+    ncclResult_t (*all_gather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
+    ncclResult_t (*group_start)(void);
+    ncclResult_t (*group_end)(void);
+    ncclResult_t (*group_simulate_end)(ncclSimInfo_t *); /* optional (2.22+) */
+    ncclResult_t (*comm_count)(const ncclComm_t, int *);
+    ncclResult_t (*comm_cu_device)(const ncclComm_t, int *);
+    ncclResult_t (*comm_user_rank)(const ncclComm_t, int *);
+    ncclResult_t (*comm_get_async_error)(ncclComm_t, ncclResult_t *);
+    ncclResult_t (*comm_destroy)(ncclComm_t);
+    ncclResult_t (*comm_abort)(ncclComm_t);
+    ncclResult_t (*comm_finalize)(ncclComm_t); /* optional (2.18+) */
+    ncclResult_t (*get_version)(int *);
+    int version;          /* from get_version, 0 when it failed */
+    char object[512];     /* the file they come from, for log lines */
+} dgc_nccl_api;
+
+/* Registry slots of the NCCL front end. */
+enum {
+    DGC_SLOT_NCCL_API = DGC_SLOT_NCCL_BASE, /* the dgc_nccl_api, once resolved */
+    DGC_SLOT_NCCL_FIRST_COMM,                /* a communicator of the first call, for the set-up's log rank */
+    DGC_SLOT_NCCL_END
+};
+_Static_assert(DGC_SLOT_NCCL_END <= DGC_SLOT_COUNT, "registry slots");
+
+/* Finds the real NCCL in the loaded objects (or DGC_NCCL_LIBRARY). Returns
+ * a heap copy that lives for the rest of the process, or NULL with a log
+ * line saying why. */
+dgc_nccl_api *dgc_nccl_resolve(void);
+
+/* ---- process set-up (nccl_setup.c) ---- */
+
+/* The first thing every interposer does: counts the call, sets the front
+ * end up on the process's first NCCL call (real NCCL resolved; the DGC_*
+ * environment read and installed unless MPI_Init did; comm, the call's
+ * communicator or NULL, gives log lines their rank), and returns the real
+ * NCCL, or NULL when none can be found (the caller returns
+ * ncclSystemError: there is nothing to forward to). */
+const dgc_nccl_api *dgc_nccl_enter(ncclComm_t comm);
+
+/* The first-use line, once per process, when the first communicator is
+ * seen (its rank now known). */
+void dgc_nccl_banner(const dgc_nccl_api *api);
+
+/* ---- communicators (nccl_comm.c) ---- */
+
+/* What the NCCL front end keeps per communicator (the record's ext). */
+typedef struct {
+    int device;               /* ncclCommCuDevice */
+    int rank;                 /* ncclCommUserRank */
+    dgc_gpu_report *report;   /* what the device tells the host (mapped pinned memory) */
+    uint64_t failed_seen;     /* report->failed at the last look */
+    uint64_t nonfinite_seen;  /* report->nonfinite at the last look */
+    int bad_said;             /* report->bad was logged */
+    uint64_t retired;         /* states retired because a new buffer overlapped them */
+    int retire_warned;
+} dgc_nccl_comm;
+
+static inline dgc_nccl_comm *dgc_nccl_ext(dgc_comm *c) { return (dgc_nccl_comm *)c->ext; }
+
+/* The record bound to comm, or NULL when it has not been seen yet. */
+dgc_comm *dgc_nccl_comm_find(ncclComm_t comm);
+
+/* Opens the record for comm, seen for the first time, on device (the
+ * current device already: the report is made there). NULL, logged, when
+ * memory is short. */
+dgc_comm *dgc_nccl_comm_open(const dgc_nccl_api *api, ncclComm_t comm, int device);
+
+/* ---- the caller's device and stream (nccl_device.c) ---- */
+
+/* The CUDA runtime in the shim is its own (static) instance: it must be
+ * pointed at the communicator's device before use, and is pointed back at
+ * the caller's after, so that the caller's thread sees no change. */
+typedef struct {
+    int saved;   /* the device current on entry, -1 when unknown */
+    int changed; /* the guard switched devices */
+} dgc_device_guard;
+
+/* Makes device current. Returns 0, or -1 (logged) when the runtime fails. */
+int dgc_device_enter(dgc_device_guard *g, int device);
+void dgc_device_leave(dgc_device_guard *g);
+
+/* Makes device current without saving (inside an open guard). 0 or -1. */
+int dgc_device_switch(int device);
+
+/* 1 when stream is being captured into a CUDA graph (or the runtime cannot
+ * tell: nothing may be launched then either), 0 otherwise. */
+int dgc_stream_capturing(cudaStream_t stream);
+
+/* For non-blocking communicators: a call that returned ncclInProgress has
+ * been enqueued once ncclCommGetAsyncError leaves ncclInProgress; waits for
+ * that and returns the communicator's state (ncclSuccess or its error).
+ * Returns rc itself unless it is ncclInProgress. */
+ncclResult_t dgc_nccl_settle(const dgc_nccl_api *api, ncclComm_t comm, ncclResult_t rc);
+
+/* ---- the configuration check (nccl_agree.c) ---- */
+
+/* One communicator's check, in three steps so that several can share one
+ * NCCL group (single-process multi-device programs drive all their ranks'
+ * collectives from one thread: one rank's all-gather would wait for ever
+ * for the others' unless they are grouped). */
+typedef struct {
+    dgc_comm *c;
+    ncclComm_t comm;
+    cudaStream_t stream;
+    void *dev;            /* device buffer: this rank's words, then every rank's */
+    uint64_t words[DGC_OPT_COUNT + 1]; /* this rank's words: the collective options' hashes, the parse flag */
+    int issued;           /* the all-gather was issued */
+    ncclResult_t rc;
+} dgc_nccl_check;
+
+/* Prepares (device memory, this rank's words) and issues the all-gather;
+ * the device is the communicator's. */
+void dgc_nccl_check_issue(const dgc_nccl_api *api, dgc_nccl_check *k, const dgc_config *cfg);
+
+/* Waits for the words, compares them, records the outcome in k->c->check
+ * and logs a mismatch. Returns ncclSuccess, ncclInvalidUsage (the ranks
+ * disagree: the same on every rank), or the error that stopped the check. */
+ncclResult_t dgc_nccl_check_finish(const dgc_nccl_api *api, dgc_nccl_check *k, const dgc_config *cfg);
+
+/* Runs n checks in one group (one without the group). Returns the first
+ * non-success result. */
+ncclResult_t dgc_nccl_check_run(const dgc_nccl_api *api, dgc_nccl_check *k, int n, const dgc_config *cfg);
+
+/* ---- buffer states (nccl_state.c) ---- */
+
+typedef struct dgc_nccl_call dgc_nccl_call;
+
+/* How this rank takes part in a compressed call. */
+enum {
+    DGC_NCCL_PASS,   /* forwarded to the real ncclAllReduce (decided from collective inputs) */
+    DGC_NCCL_STATE,  /* with its state */
+    DGC_NCCL_FAILED, /* without state: a flag-only payload, output NaN on every rank */
+    DGC_NCCL_DEAD    /* not even that: nothing issued (last resort), or the exchange failed */
+};
+
+/* The entry of this call's buffer (found or created, and pinned), or NULL
+ * when this rank has no state for it (no memory, over DGC_MAX_STATE_MB):
+ * logged, and the call takes part flagged. */
+dgc_buffer *dgc_nccl_state_get(dgc_nccl_call *k, const dgc_config *cfg);
+
+/* ---- one compressed call (nccl_call.c) ---- */
+
+struct dgc_nccl_call {
+    /* the call as the caller made it */
+    const void *send;
+    void *recv;
+    size_t count;
+    ncclDataType_t dtype;
+    ncclRedOp_t op;
+    ncclComm_t comm;
+    cudaStream_t stream;
+    /* what the front end made of it */
+    dgc_comm *c;
+    dgc_gpu_dtype gpu_dtype;
+    int part;             /* DGC_NCCL_* */
+    dgc_step_params p;
+    dgc_buffer *b;        /* DGC_NCCL_STATE */
+    void *payload, *gathered; /* this rank's payload and every rank's */
+    void *xbuf;           /* stream-ordered exchange memory of a flagged call, or NULL */
+    int stepped;          /* it took a step from the communicator's counter */
+    ncclResult_t xrc;     /* what the exchange returned (ncclInProgress until settled) */
+    ncclResult_t rc;      /* what the call returns once it is enqueued */
+};
+
+/* dtype as the engine's type; -1 when it is not one it compresses. */
+int dgc_nccl_gpu_dtype(ncclDataType_t dtype, dgc_gpu_dtype *out);
+
+/* Runs n compressed calls (collective-consistent: every rank runs the same
+ * list): each prepared (device news read, step, plan, state, compression),
+ * their exchanges issued in one group (none for one call), then decoded.
+ * Each call's result lands in its rc; returns the first non-success one. */
+ncclResult_t dgc_nccl_run(const dgc_nccl_api *api, dgc_nccl_call *k, int n, const dgc_config *cfg);
+
+/* ---- groups (nccl_group.c) ---- */
+
+/* 1 while the calling thread is inside ncclGroupStart/End. */
+int dgc_nccl_in_group(void);
+
+/* Inside a group: run this communicator's configuration check after the
+ * outermost ncclGroupEnd (once per group and communicator). Returns 0, or
+ * -1 when memory is short (logged). */
+int dgc_nccl_group_defer_check(dgc_comm *c, ncclComm_t comm, cudaStream_t stream);
+
+/* Inside a group: record a compressed call, run after the outermost
+ * ncclGroupEnd. 0, or -1 when memory is short (logged). */
+int dgc_nccl_group_defer_call(const dgc_nccl_call *k);
+
+#endif

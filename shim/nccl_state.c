@@ -1,0 +1,161 @@
+/* Buffer states of the GPU path: one per (communicator, send buffer or NULL
+ * when in place, output buffer, count), in the registry, tied to the
+ * communicator's life, its GPU memory freed through the entry's release.
+ *
+ * Frameworks reuse memory: DDP all-reduces every parameter once in one
+ * step-0 bucket, whose memory the caching allocator then hands to the real
+ * buckets. A new buffer whose bytes overlap an older state's therefore
+ * retires that state (whatever it held belonged to a tensor that is gone),
+ * so the step-0 bucket does not keep its GPU memory for the rest of the run;
+ * states unused for DGC_STATE_IDLE_CALLS calls go too, as on the MPI path.
+ *
+ * Whether a rank has a state is a local matter (memory, budget, addresses):
+ * it never changes what the rank sends, only whether its payload carries
+ * pairs or the DGC_WIRE_FAILED flag (invariant 1). */
+#include <stdint.h>
+
+#include "log.h"
+#include "nccl_internal.h"
+
+/* Frees the engine's state; called by the registry, under its lock, when
+ * the entry goes (idle, retired, communicator closed), on the
+ * communicator's device. */
+static void release_gpu(dgc_buffer *b) {
+    dgc_gpu_state *s = b->gpu;
+    if (!s) return;
+    b->stats.nonfinite = dgc_gpu_state_nonfinite(s);
+    dgc_gpu_state_destroy(s);
+    b->gpu = NULL;
+}
+
+static int fits(const dgc_gpu_shape *have, const dgc_gpu_shape *want) {
+    return have->n == want->n && have->k >= want->k && have->nranks == want->nranks &&
+           have->with_momentum == want->with_momentum && have->keep_prev == want->keep_prev &&
+           have->dtype == want->dtype;
+}
+
+static int is_entry(const dgc_buffer *b, const void *ctx) { return b == ctx; }
+
+/* Byte ranges of the new buffer: output, and send when not in place. */
+typedef struct {
+    uintptr_t lo[2], hi[2];
+    int n;
+} ranges;
+
+static int overlaps(const dgc_buffer *b, const void *ctx) {
+    const ranges *r = ctx;
+    if (!b->gpu) return 0;
+    uintptr_t bytes = (uintptr_t)(b->count * dgc_gpu_dtype_size(dgc_gpu_state_shape(b->gpu)->dtype));
+    const void *mine[2] = {b->buf, b->send};
+    for (int i = 0; i < 2; i++) {
+        if (!mine[i]) continue;
+        uintptr_t lo = (uintptr_t)mine[i], hi = lo + bytes;
+        for (int j = 0; j < r->n; j++)
+            if (lo < r->hi[j] && r->lo[j] < hi) return 1;
+    }
+    return 0;
+}
+
+/* Retiring the same communicator's states again and again means buffers
+ * that overlap each other in turn (a buffer reduced whole and in parts):
+ * their residuals restart every time. */
+#define RETIRE_WARN 16
+
+static void retire_overlapping(dgc_nccl_call *k, const void *key) {
+    dgc_comm *c = k->c;
+    dgc_nccl_comm *x = dgc_nccl_ext(c);
+    ranges r = {{0}, {0}, 0};
+    uintptr_t bytes = (uintptr_t)(k->count * dgc_gpu_dtype_size(k->gpu_dtype));
+    const void *mine[2] = {k->recv, key};
+    for (int i = 0; i < 2; i++) {
+        if (!mine[i]) continue;
+        r.lo[r.n] = (uintptr_t)mine[i];
+        r.hi[r.n] = (uintptr_t)mine[i] + bytes;
+        r.n++;
+    }
+    uint64_t gone = dgc_registry_release_where(c, overlaps, &r);
+    if (!gone) return;
+    x->retired += gone;
+    DGC_DEBUG("%llu state(s) retired: a new %llu-element buffer at %p overlaps their memory",
+              (unsigned long long)gone, (unsigned long long)k->count, k->recv);
+    if (x->retired >= RETIRE_WARN && !x->retire_warned++)
+        DGC_WARN("%llu buffer states on one communicator were retired because new buffers overlapped them: the "
+                 "program all-reduces buffers that overlap each other in turn, so their residuals keep starting "
+                 "afresh (said once per communicator)",
+                 (unsigned long long)x->retired);
+}
+
+/* As the MPI path's warning: live states that keep growing mean fresh
+ * buffers every call. */
+#define GROWTH_STATES 256
+#define GROWTH_CALLS 512
+
+static void warn_growth(dgc_comm *c, uint64_t count) {
+    if (c->growth_warned || c->live < GROWTH_STATES || c->calls < GROWTH_CALLS || 2 * c->created <= c->calls) return;
+    c->growth_warned = 1;
+    DGC_WARN("%llu buffer states live on one NCCL communicator (%llu created in %llu calls, the latest for %llu "
+             "elements): the program all-reduces fresh buffers, so residuals do not carry over between steps; "
+             "states unused for DGC_STATE_IDLE_CALLS calls are freed",
+             (unsigned long long)c->live, (unsigned long long)c->created, (unsigned long long)c->calls,
+             (unsigned long long)count);
+}
+
+dgc_buffer *dgc_nccl_state_get(dgc_nccl_call *k, const dgc_config *cfg) {
+    dgc_comm *c = k->c;
+    const void *key = k->send == k->recv ? NULL : k->send;
+    dgc_gpu_shape want = {
+        .n = k->count,
+        .k = k->p.k,
+        .nranks = c->nranks,
+        .with_momentum = cfg->momentum > 0,
+        .keep_prev = cfg->compensate && cfg->momentum > 0,
+        .dtype = k->gpu_dtype,
+    };
+    dgc_buffer *b = dgc_registry_find(c, key, k->recv, k->count);
+    if (b && b->pinned) {
+        /* The same buffer twice among the calls of one group: its payload
+         * cannot serve both. */
+        DGC_ERROR("a %llu-element buffer at %p is all-reduced twice in one NCCL group: the second call fails "
+                  "(output NaN on every rank, ncclSystemError later)",
+                  (unsigned long long)k->count, k->recv);
+        return NULL;
+    }
+    if (b && !fits(dgc_gpu_state_shape(b->gpu), &want)) { /* the same memory, now another type or size */
+        dgc_registry_release_where(c, is_entry, b);
+        b = NULL;
+    }
+    dgc_registry_free_idle(c, cfg->state_idle_calls);
+    if (b) {
+        b->pinned = 1;
+        return b;
+    }
+    retire_overlapping(k, key);
+    size_t footprint = dgc_gpu_state_footprint(&want);
+    if (!dgc_registry_within_budget(footprint, (size_t)cfg->max_state_mb << 20)) {
+        if (!c->budget_warned++)
+            DGC_ERROR("the state of a new %llu-element buffer (%zu bytes) would pass DGC_MAX_STATE_MB=%llu on this "
+                      "rank: its calls fail on every rank (output NaN, ncclSystemError); said once per communicator",
+                      (unsigned long long)k->count, footprint, (unsigned long long)cfg->max_state_mb);
+        return NULL;
+    }
+    char err[256] = "";
+    dgc_gpu_state *s = dgc_gpu_state_create(&want, k->stream, err, sizeof err);
+    if (!s) {
+        (void)cudaGetLastError(); /* handled here: the flagged payload's launches must not read it as theirs */
+        DGC_ERROR("no device memory for the state of a %llu-element buffer (%zu bytes: %s): the call fails on every "
+                  "rank (output NaN, ncclSystemError)",
+                  (unsigned long long)k->count, footprint, err);
+        return NULL;
+    }
+    if (dgc_registry_adopt(c, key, k->recv, k->count, s, dgc_gpu_state_bytes(s), release_gpu, &b) != DGC_CREATED) {
+        dgc_gpu_state_destroy(s);
+        DGC_ERROR("no host memory for the entry of a %llu-element buffer: the call fails on every rank",
+                  (unsigned long long)k->count);
+        return NULL;
+    }
+    b->pinned = 1;
+    DGC_DEBUG("state for %llu elements at %p (send buffer %p, NULL in place): %zu bytes of device memory",
+              (unsigned long long)k->count, k->recv, key, dgc_gpu_state_bytes(s));
+    warn_growth(c, k->count);
+    return b;
+}

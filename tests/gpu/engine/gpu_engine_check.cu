@@ -1,0 +1,943 @@
+/* The CUDA engine against the host engine, case by case:
+ *
+ *   gpu_engine_check CASE [--small]
+ *     CASE: against_host half_inputs determinism bad_payloads nonfinite
+ *           overflow large, or all
+ *     --small: small buffers only (for compute-sanitizer's memcheck and
+ *              racecheck, which run each kernel many times slower)
+ *
+ * The reference is what the MPI path does with the host engine:
+ * dgc_compress, then dgc_wire_decode of the gathered payloads, dgc_commit or
+ * dgc_discard, dgc_wire_subtract for momentum compensation. Simulated ranks
+ * are GPU states on one device, their payloads gathered by device copies.
+ * With clipping off everything is compared bit for bit: the selected pairs
+ * (as sets: the host's order is its quickselect's), u and v, the output.
+ *
+ * Ties: where the k-th largest value occurs more than once among the
+ * candidates, the host's quickselect keeps an arbitrary subset of the ties,
+ * the GPU another. A step whose sets differ only that way (the same values,
+ * other indices) is reported as a NOTE and ends that configuration, since
+ * the states then differ legitimately. On the exact path (overflow) ties go
+ * in index order on both sides and must match.
+ *
+ * Exit: 0 all passed, 1 a failure, 77 no usable CUDA device. */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dgcshim/engine.h"
+#include "dgcshim/engine_cuda.h"
+#include "dgcshim/wire.h"
+
+namespace {
+
+int failures = 0;
+int failures_before = 0; /* at the start of the current case */
+bool small_mode = false;
+const char *case_name = "";
+
+#define CK(x)                                                                                                        \
+    do {                                                                                                             \
+        cudaError_t e_ = (x);                                                                                        \
+        if (e_ != cudaSuccess) {                                                                                     \
+            fprintf(stderr, "FATAL %s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                \
+            exit(1);                                                                                                 \
+        }                                                                                                            \
+    } while (0)
+
+void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("FAIL gpu.engine.%s: ", case_name);
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    failures++;
+}
+
+const char *verdict() { return failures > failures_before ? "FAIL" : "PASS"; }
+
+uint32_t bits_of(float x) {
+    uint32_t b;
+    memcpy(&b, &x, 4);
+    return b;
+}
+float float_of(uint32_t b) {
+    float x;
+    memcpy(&x, &b, 4);
+    return x;
+}
+
+struct rng {
+    uint64_t s;
+    explicit rng(uint64_t seed) : s(seed * 0x9e3779b97f4a7c15ull + 1) {}
+    uint64_t next() {
+        uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        return z ^ (z >> 31);
+    }
+    /* Random sign, magnitude log-uniform over [2^-20, 2) with a full random
+     * mantissa: ties among the largest values are rare. */
+    float grad() {
+        const uint64_t r = next();
+        const uint32_t exp = 107u + (uint32_t)((r >> 32) % 21u);
+        return float_of((uint32_t)(r >> 63) << 31 | exp << 23 | ((uint32_t)r & 0x7fffffu));
+    }
+};
+
+/* ---------------------------------------------------------------- element types */
+
+size_t dsize(dgc_gpu_dtype t) { return dgc_gpu_dtype_size(t); }
+const char *dname(dgc_gpu_dtype t) { return t == DGC_GPU_F32 ? "f32" : t == DGC_GPU_F16 ? "f16" : "bf16"; }
+
+/* fp32 -> the dtype's bits, round to nearest (the device's conversion). */
+uint32_t to_dtype_bits(float x, dgc_gpu_dtype t) {
+    if (t == DGC_GPU_F32) return bits_of(x);
+    if (t == DGC_GPU_F16) {
+        const __half_raw h = __float2half_rn(x);
+        return h.x;
+    }
+    const __nv_bfloat16_raw h = __float2bfloat16_rn(x);
+    return h.x;
+}
+float from_dtype_bits(uint32_t b, dgc_gpu_dtype t) {
+    if (t == DGC_GPU_F32) return float_of(b);
+    if (t == DGC_GPU_F16) {
+        __half_raw h;
+        h.x = (unsigned short)b;
+        return __half2float(__half(h));
+    }
+    __nv_bfloat16_raw h;
+    h.x = (unsigned short)b;
+    return __bfloat162float(__nv_bfloat16(h));
+}
+uint32_t nan_bits(dgc_gpu_dtype t) { return t == DGC_GPU_F32 ? 0x7fc00000u : t == DGC_GPU_F16 ? 0x7e00u : 0x7fc0u; }
+
+/* A buffer of n elements of dtype on the host, as raw bits. */
+struct hbuf {
+    dgc_gpu_dtype t;
+    std::vector<uint8_t> b;
+    hbuf(uint64_t n, dgc_gpu_dtype type) : t(type), b(n * dsize(type)) {}
+    uint32_t get(uint64_t i) const {
+        if (t == DGC_GPU_F32) {
+            uint32_t x;
+            memcpy(&x, &b[i * 4], 4);
+            return x;
+        }
+        uint16_t x;
+        memcpy(&x, &b[i * 2], 2);
+        return x;
+    }
+    void set(uint64_t i, uint32_t x) {
+        if (t == DGC_GPU_F32) memcpy(&b[i * 4], &x, 4);
+        else {
+            uint16_t y = (uint16_t)x;
+            memcpy(&b[i * 2], &y, 2);
+        }
+    }
+};
+
+/* ---------------------------------------------------------------- payloads */
+
+typedef std::vector<std::pair<uint32_t, uint32_t>> pairs; /* (index, value bits) */
+
+dgc_wire_header header_of(const uint8_t *pl) {
+    dgc_wire_header h;
+    memcpy(&h, pl, sizeof h);
+    return h;
+}
+uint32_t slot_index(const uint8_t *pl, uint64_t k, uint64_t j) {
+    (void)k;
+    uint32_t x;
+    memcpy(&x, pl + sizeof(dgc_wire_header) + 4 * j, 4);
+    return x;
+}
+uint32_t slot_value(const uint8_t *pl, uint64_t k, uint64_t j) {
+    uint32_t x;
+    memcpy(&x, pl + sizeof(dgc_wire_header) + 4 * k + 4 * j, 4);
+    return x;
+}
+void set_slot(uint8_t *pl, uint64_t k, uint64_t j, uint32_t idx, uint32_t val) {
+    memcpy(pl + sizeof(dgc_wire_header) + 4 * j, &idx, 4);
+    memcpy(pl + sizeof(dgc_wire_header) + 4 * k + 4 * j, &val, 4);
+}
+
+/* The first nreal slots of a host payload, sorted by index. */
+pairs host_pairs(const uint8_t *pl, uint64_t k, uint64_t nreal) {
+    pairs p;
+    for (uint64_t j = 0; j < nreal; j++) p.push_back({slot_index(pl, k, j), slot_value(pl, k, j)});
+    std::sort(p.begin(), p.end());
+    return p;
+}
+
+/* The real pairs of a GPU payload; false (with why) when its layout breaks
+ * the GPU rule: strictly increasing real pairs, then padding (0, +0.0f). */
+bool gpu_pairs(const uint8_t *pl, uint64_t k, uint64_t n, pairs *out, std::string *why) {
+    out->clear();
+    bool in_padding = false;
+    char msg[160];
+    for (uint64_t j = 0; j < k; j++) {
+        const uint32_t i = slot_index(pl, k, j), v = slot_value(pl, k, j);
+        const bool pad = i == 0 && v == 0;
+        if (pad) {
+            in_padding = true;
+            continue;
+        }
+        if (in_padding || i >= n || (!out->empty() && out->back().first >= i)) {
+            snprintf(msg, sizeof msg, "slot %llu (index %u, value 0x%08x) breaks the layout",
+                     (unsigned long long)j, i, v);
+            *why = msg;
+            return false;
+        }
+        out->push_back({i, v});
+    }
+    return true;
+}
+
+/* Same values, other indices: the legitimate difference of a tie. */
+bool tie_only(const pairs &a, const pairs &b) {
+    if (a.size() != b.size()) return false;
+    std::vector<uint32_t> x, y;
+    for (auto &q : a) x.push_back(q.second & 0x7fffffffu);
+    for (auto &q : b) y.push_back(q.second & 0x7fffffffu);
+    std::sort(x.begin(), x.end());
+    std::sort(y.begin(), y.end());
+    return x == y;
+}
+
+/* ---------------------------------------------------------------- the simulation */
+
+struct variant {
+    float m;
+    int nesterov, masking, compensate, in_place, average;
+    double clip;
+};
+
+struct config {
+    uint64_t n;
+    double density;      /* target density; k per step from dgc_density_at */
+    uint64_t warmup;     /* warm-up steps (0: the target from the start) */
+    double ratio;        /* DGC_SAMPLE_RATIO */
+    variant v;
+    int nranks;
+    int steps;
+    dgc_gpu_dtype dtype;
+    int gen;             /* 0: independent log-uniform; 1: fp16-distinct; 2: shared large values; 3: ties */
+    bool exact_ties;     /* ties must match (the exact path) */
+    bool misalign;       /* g and out one element past an aligned address: the element-wise pass */
+    uint64_t seed;
+};
+
+std::string describe(const config &c) {
+    char b[300];
+    snprintf(b, sizeof b, "n %llu density %g warmup %llu ratio %g m %g nesterov %d masking %d compensate %d in-place %d "
+                          "average %d ranks %d %s%s",
+             (unsigned long long)c.n, c.density, (unsigned long long)c.warmup, c.ratio, (double)c.v.m, c.v.nesterov,
+             c.v.masking, c.v.compensate, c.v.in_place, c.v.average, c.nranks, dname(c.dtype),
+             c.misalign ? " misaligned" : "");
+    return b;
+}
+
+uint64_t k_at(const config &c, uint64_t step) {
+    return dgc_k_for(c.n, dgc_density_at(1.0 - c.density, c.warmup, step));
+}
+
+struct sim {
+    config c;
+    cudaStream_t st = nullptr;
+    std::vector<dgc_gpu_state *> gs;
+    std::vector<dgc_state *> hs;
+    std::vector<void *> dg, dout;          /* device g and out, per rank (the same when in place) */
+    std::vector<void *> allocs;            /* what cudaMalloc returned */
+    std::vector<dgc_gpu_report *> rep;     /* one per rank: a rank's report is its own */
+    std::vector<uint8_t> hprev;            /* host compensation: last finite step's gathered payloads */
+    uint64_t hprev_k = 0;
+    uint64_t kmax = 0;
+    bool ok = true;
+
+    explicit sim(const config &cfg) : c(cfg) {
+        CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        kmax = k_at(c, 0);
+        for (uint64_t s = 1; s < (uint64_t)c.steps + 2; s++) kmax = std::max(kmax, k_at(c, s));
+        dgc_gpu_shape sh;
+        sh.n = c.n;
+        sh.k = kmax;
+        sh.nranks = c.nranks;
+        sh.with_momentum = c.v.m > 0;
+        sh.keep_prev = c.v.compensate && c.v.m > 0;
+        sh.dtype = c.dtype;
+        for (int r = 0; r < c.nranks; r++) {
+            char err[256] = "";
+            dgc_gpu_state *s = dgc_gpu_state_create(&sh, (dgc_cuda_stream)st, err, sizeof err);
+            if (!s) {
+                fail("dgc_gpu_state_create (%s): %s", describe(c).c_str(), err);
+                ok = false;
+                return;
+            }
+            if (dgc_gpu_state_bytes(s) != dgc_gpu_state_footprint(&sh)) {
+                fail("state bytes %zu != footprint %zu", dgc_gpu_state_bytes(s), dgc_gpu_state_footprint(&sh));
+                ok = false;
+            }
+            gs.push_back(s);
+            hs.push_back(dgc_state_create(c.n, c.v.m > 0));
+            const size_t skip = c.misalign ? dsize(c.dtype) : 0;
+            void *g = nullptr, *o = nullptr;
+            CK(cudaMalloc(&g, c.n * dsize(c.dtype) + skip));
+            allocs.push_back(g);
+            if (c.v.in_place) o = g;
+            else {
+                CK(cudaMalloc(&o, c.n * dsize(c.dtype) + skip));
+                allocs.push_back(o);
+            }
+            dg.push_back((char *)g + skip);
+            dout.push_back((char *)o + skip);
+            rep.push_back(dgc_gpu_report_create());
+        }
+    }
+    ~sim() {
+        cudaStreamSynchronize(st);
+        for (size_t r = 0; r < gs.size(); r++) {
+            dgc_gpu_state_destroy(gs[r]);
+            dgc_state_destroy(hs[r]);
+        }
+        for (size_t r = 0; r < rep.size(); r++) dgc_gpu_report_destroy(rep[r]);
+        for (void *a : allocs) cudaFree(a);
+        cudaStreamDestroy(st);
+    }
+    dgc_step_params params(uint64_t step, uint64_t k) const {
+        dgc_step_params p;
+        memset(&p, 0, sizeof p);
+        p.n = c.n;
+        p.step = step;
+        p.k = k;
+        p.momentum = c.v.m;
+        p.nesterov = c.v.nesterov;
+        p.momentum_masking = c.v.masking;
+        p.clip_norm = c.v.clip;
+        p.nranks = c.nranks;
+        p.sample_ratio = c.ratio;
+        return p;
+    }
+};
+
+/* This step's gradient of rank r: the dtype's bits (what the GPU reads) and
+ * their exact fp32 values (what the host engine reads). */
+void make_grad(const config &c, uint64_t step, int r, hbuf *g, std::vector<float> *g32) {
+    rng R(c.seed * 1000003ull + step * 7919ull + (uint64_t)r);
+    rng shared(c.seed * 1000003ull + step * 7919ull + 999ull);
+    g32->resize(c.n);
+    if (c.gen == 1) {
+        /* Distinct magnitudes for the largest values even in fp16 (10-bit
+         * mantissa) and bf16 (7): the element of rank q in a random
+         * permutation gets 2^(-q/per) * (1 + (q % per)/per), per being the
+         * mantissa's steps; the smallest are zero. */
+        const uint64_t per = c.dtype == DGC_GPU_BF16 ? 128 : 1024;
+        std::vector<uint32_t> perm(c.n);
+        for (uint64_t i = 0; i < c.n; i++) perm[i] = (uint32_t)i;
+        for (uint64_t i = c.n - 1; i > 0; i--) std::swap(perm[i], perm[R.next() % (i + 1)]);
+        for (uint64_t i = 0; i < c.n; i++) {
+            const uint64_t q = perm[i], e = q / per;
+            float x = e < 14 ? ldexpf(1.0f + (float)(q % per) / (float)per, -(int)e) : 0.0f;
+            if (R.next() & 1) x = -x;
+            (*g32)[i] = x;
+        }
+    } else if (c.gen == 3) {
+        /* Ties: a tenth of the elements at 1.0, one in 2000 at 2.0 (fewer
+         * than k, so that t is 1.0), the rest small. */
+        rng place(c.seed); /* the same places every step */
+        for (uint64_t i = 0; i < c.n; i++) {
+            const uint64_t q = place.next() % 2000;
+            (*g32)[i] = q < 200 ? 1.0f : q == 200 ? 2.0f : (float)((R.next() >> 40) & 0xffff) * 1e-7f;
+        }
+    } else {
+        for (uint64_t i = 0; i < c.n; i++) {
+            float x = R.grad();
+            if (c.gen == 2) { /* the same large values on every rank: indices overlap */
+                const float y = shared.grad();
+                x = fabsf(y) > 0.25f ? y + x * 1e-3f : x * 1e-3f;
+            }
+            (*g32)[i] = x;
+        }
+    }
+    for (uint64_t i = 0; i < c.n; i++) {
+        const uint32_t b = to_dtype_bits((*g32)[i], c.dtype);
+        g->set(i, b);
+        (*g32)[i] = from_dtype_bits(b, c.dtype); /* exactly what the device converts */
+    }
+}
+
+enum { STEP_OK = 0, STEP_FAIL = 1, STEP_TIE = 2 };
+
+/* One call on every simulated rank, GPU and host, and the comparison.
+ * poison: (rank, index) given NaN in g, rank -1 for none. */
+int run_step(sim &S, uint64_t step, int poison_rank = -1, uint64_t poison_index = 0) {
+    const config &c = S.c;
+    const int R = c.nranks;
+    const uint64_t n = c.n, k = k_at(c, step);
+    const dgc_step_params p = S.params(step, k);
+    const size_t wb = dgc_wire_bytes(k);
+    const std::string what = describe(c) + " step " + std::to_string(step) + " k " + std::to_string(k);
+    char err[256] = "";
+
+    std::vector<hbuf> g(R, hbuf(n, c.dtype));
+    std::vector<std::vector<float>> g32(R);
+    for (int r = 0; r < R; r++) {
+        make_grad(c, step, r, &g[r], &g32[r]);
+        if (r == poison_rank) {
+            g32[r][poison_index] = NAN;
+            g[r].set(poison_index, nan_bits(c.dtype));
+        }
+        CK(cudaMemcpyAsync(S.dg[r], g[r].b.data(), g[r].b.size(), cudaMemcpyHostToDevice, S.st));
+    }
+    /* GPU: compress, gather (device copies), decode on every rank. */
+    for (int r = 0; r < R; r++)
+        if (dgc_gpu_compress(S.gs[r], S.dg[r], S.dout[r], c.dtype, &p, (dgc_cuda_stream)S.st, err, sizeof err)) {
+            fail("dgc_gpu_compress: %s (%s)", err, what.c_str());
+            return STEP_FAIL;
+        }
+    for (int q = 0; q < R; q++)
+        for (int r = 0; r < R; r++)
+            CK(cudaMemcpyAsync((char *)dgc_gpu_gathered(S.gs[q]) + (size_t)r * wb, dgc_gpu_payload(S.gs[r]), wb,
+                               cudaMemcpyDeviceToDevice, S.st));
+    for (int q = 0; q < R; q++)
+        if (dgc_gpu_decode(S.gs[q], S.dout[q], c.dtype, &p, c.v.compensate, c.v.average, S.rep[q],
+                           (dgc_cuda_stream)S.st, err, sizeof err)) {
+            fail("dgc_gpu_decode: %s (%s)", err, what.c_str());
+            return STEP_FAIL;
+        }
+    std::vector<uint8_t> gathered((size_t)R * wb);
+    for (int r = 0; r < R; r++)
+        CK(cudaMemcpyAsync(gathered.data() + (size_t)r * wb, dgc_gpu_payload(S.gs[r]), wb, cudaMemcpyDeviceToHost,
+                           S.st));
+    std::vector<hbuf> out(R, hbuf(n, c.dtype));
+    for (int r = 0; r < R; r++)
+        CK(cudaMemcpyAsync(out[r].b.data(), S.dout[r], out[r].b.size(), cudaMemcpyDeviceToHost, S.st));
+    CK(cudaStreamSynchronize(S.st));
+
+    /* Host: compress each rank, compare payloads. */
+    std::vector<uint8_t> hpay(wb);
+    int status = STEP_OK;
+    for (int r = 0; r < R; r++) {
+        if (dgc_compress(S.hs[r], g32[r].data(), &p, hpay.data())) {
+            fail("host dgc_compress failed (%s)", what.c_str());
+            return STEP_FAIL;
+        }
+        const uint8_t *gp = gathered.data() + (size_t)r * wb;
+        const dgc_wire_header hh = header_of(hpay.data()), gh = header_of(gp);
+        if (hh.magic != gh.magic || hh.flags != gh.flags || hh.step != gh.step || hh.n != gh.n || hh.k != gh.k) {
+            fail("rank %d header: host (magic 0x%x flags %u step %llu n %llu k %llu), gpu (0x%x %u %llu %llu %llu) (%s)",
+                 r, hh.magic, hh.flags, (unsigned long long)hh.step, (unsigned long long)hh.n,
+                 (unsigned long long)hh.k, gh.magic, gh.flags, (unsigned long long)gh.step, (unsigned long long)gh.n,
+                 (unsigned long long)gh.k, what.c_str());
+            return STEP_FAIL;
+        }
+        pairs hp = host_pairs(hpay.data(), k, dgc_last_selected(S.hs[r])), gp_pairs;
+        std::string why;
+        if (!gpu_pairs(gp, k, n, &gp_pairs, &why)) {
+            fail("rank %d gpu payload: %s (%s)", r, why.c_str(), what.c_str());
+            return STEP_FAIL;
+        }
+        if (hp != gp_pairs) {
+            if (!c.exact_ties && tie_only(hp, gp_pairs)) {
+                printf("NOTE gpu.engine.%s: rank %d took other ties at the k-th value (%zu pairs, same values); "
+                       "rest of this configuration not compared (%s)\n",
+                       case_name, r, hp.size(), what.c_str());
+                status = STEP_TIE;
+                continue;
+            }
+            size_t j = 0;
+            while (j < hp.size() && j < gp_pairs.size() && hp[j] == gp_pairs[j]) j++;
+            fail("rank %d pairs differ: host %zu, gpu %zu; first difference at sorted position %zu: host (%u, 0x%08x) "
+                 "gpu (%u, 0x%08x) (%s)",
+                 r, hp.size(), gp_pairs.size(), j, j < hp.size() ? hp[j].first : 0u,
+                 j < hp.size() ? hp[j].second : 0u, j < gp_pairs.size() ? gp_pairs[j].first : 0u,
+                 j < gp_pairs.size() ? gp_pairs[j].second : 0u, what.c_str());
+            return STEP_FAIL;
+        }
+    }
+    if (status == STEP_TIE) return STEP_TIE;
+
+    /* Host decode of the very bytes the GPU gathered, then what the MPI
+     * path does: commit, compensation; the average and the conversion as
+     * the GPU path defines them. */
+    std::vector<float> hout(n);
+    const dgc_decode_result res = dgc_wire_decode(gathered.data(), R, step, n, k, hout.data(), err, sizeof err);
+    if (res == DGC_DECODE_BAD) {
+        fail("host decode of the GPU payloads: %s (%s)", err, what.c_str());
+        return STEP_FAIL;
+    }
+    if (res == DGC_DECODE_OK) {
+        for (int r = 0; r < R; r++) dgc_commit(S.hs[r], &p);
+        if (c.v.compensate && c.v.m > 0) {
+            if (S.hprev_k) dgc_wire_subtract(S.hprev.data(), R, S.hprev_k, c.v.m, hout.data());
+            S.hprev = gathered;
+            S.hprev_k = k;
+        }
+        if (c.v.average)
+            for (uint64_t i = 0; i < n; i++) hout[i] = hout[i] / (float)R;
+    } else {
+        for (int r = 0; r < R; r++) dgc_discard(S.hs[r]);
+    }
+    for (int q = 0; q < R; q++) {
+        for (uint64_t i = 0; i < n; i++) {
+            const uint32_t want = res == DGC_DECODE_OK ? to_dtype_bits(hout[i], c.dtype) : nan_bits(c.dtype);
+            const uint32_t got = out[q].get(i);
+            if (want != got) {
+                fail("rank %d output[%llu] = 0x%08x (%g), host 0x%08x (%g) (%s)", q, (unsigned long long)i, got,
+                     (double)from_dtype_bits(got, c.dtype), want, (double)from_dtype_bits(want, c.dtype),
+                     what.c_str());
+                return STEP_FAIL;
+            }
+        }
+    }
+    /* The committed state, bit for bit. */
+    std::vector<float> v(n), u(n);
+    for (int r = 0; r < R; r++) {
+        if (dgc_gpu_state_read(S.gs[r], v.data(), c.v.m > 0 ? u.data() : nullptr)) {
+            fail("dgc_gpu_state_read: %s", dgc_gpu_last_error());
+            return STEP_FAIL;
+        }
+        const float *hv = dgc_state_residual(S.hs[r]), *hu = dgc_state_momentum(S.hs[r]);
+        for (uint64_t i = 0; i < n; i++) {
+            if (bits_of(v[i]) != bits_of(hv[i])) {
+                fail("rank %d v[%llu] = 0x%08x (%g), host 0x%08x (%g) (%s)", r, (unsigned long long)i, bits_of(v[i]),
+                     (double)v[i], bits_of(hv[i]), (double)hv[i], what.c_str());
+                return STEP_FAIL;
+            }
+            if (hu && bits_of(u[i]) != bits_of(hu[i])) {
+                fail("rank %d u[%llu] = 0x%08x (%g), host 0x%08x (%g) (%s)", r, (unsigned long long)i, bits_of(u[i]),
+                     (double)u[i], bits_of(hu[i]), (double)hu[i], what.c_str());
+                return STEP_FAIL;
+            }
+        }
+    }
+    return STEP_OK;
+}
+
+/* Runs every step of a configuration; returns the steps compared. */
+int run_config(const config &c) {
+    sim S(c);
+    if (!S.ok) return 0;
+    int done = 0;
+    for (int s = 0; s < c.steps; s++) {
+        const int r = run_step(S, (uint64_t)s);
+        if (r != STEP_OK) break;
+        done++;
+    }
+    return done;
+}
+
+const variant kVariants[] = {
+    /* m, nesterov, masking, compensate, in_place, average, clip */
+    {0.0f, 0, 0, 0, 1, 0, 0.0}, {0.9f, 0, 1, 1, 0, 0, 0.0}, {0.9f, 1, 1, 1, 1, 0, 0.0},
+    {0.9f, 0, 0, 0, 1, 0, 0.0}, {0.9f, 1, 0, 1, 0, 0, 0.0},
+};
+
+config base_config(uint64_t n, double density, double ratio, const variant &v, int nranks, uint64_t seed) {
+    config c;
+    c.n = n;
+    c.density = density;
+    c.warmup = 4;
+    c.ratio = ratio;
+    c.v = v;
+    c.nranks = nranks;
+    c.steps = 6;
+    c.dtype = DGC_GPU_F32;
+    c.gen = 0;
+    c.exact_ties = false;
+    c.misalign = false;
+    c.seed = seed;
+    return c;
+}
+
+/* ---------------------------------------------------------------- cases */
+
+void case_against_host() {
+    std::vector<uint64_t> sizes = {1, 7, 1000, 20011};
+    if (!small_mode) sizes.push_back((1u << 20) + 3);
+    const double densities[] = {0.25, 0.01, 0.001};
+    const double ratios[] = {1.0, 0.01};
+    int configs = 0, steps = 0;
+    uint64_t seed = 1;
+    for (uint64_t n : sizes)
+        for (double d : densities)
+            for (double ratio : ratios)
+                for (int vi = 0; vi < (int)(sizeof kVariants / sizeof kVariants[0]); vi++) {
+                    /* Under the sanitizers: fewer, still every path. */
+                    if (small_mode && (n == 7 || d == 0.001 || vi == 1 || vi == 3)) continue;
+                    const variant &v = kVariants[vi];
+                    config c = base_config(n, d, ratio, v, 1, seed++);
+                    c.misalign = vi == 3 || (small_mode && vi == 4 && ratio == 1.0);
+                    if (small_mode) c.steps = 3;
+                    steps += run_config(c);
+                    configs++;
+                }
+    /* Several ranks: each decodes the gathered payloads of all. */
+    std::vector<uint64_t> msizes = {1000, 20011};
+    if (!small_mode) msizes.push_back((1u << 20) + 3);
+    for (uint64_t n : msizes)
+        for (int R = 2; R <= 4; R++)
+            for (double ratio : ratios)
+                for (int vi : {0, 1, 4}) {
+                    if (small_mode && (R == 4 || vi == 4)) continue;
+                    variant v = kVariants[vi];
+                    v.average = R == 3; /* ncclAvg on fp32 too */
+                    config c = base_config(n, 0.01, ratio, v, R, seed++);
+                    c.steps = small_mode ? 3 : 5;
+                    steps += run_config(c);
+                    configs++;
+                }
+    printf("%s gpu.engine.against_host: %d configurations, %d steps compared bit for bit\n",
+           verdict(), configs, steps);
+}
+
+void case_half_inputs() {
+    int configs = 0, steps = 0;
+    std::vector<uint64_t> sizes = {1000, 20011};
+    if (!small_mode) sizes.push_back((1u << 20) + 3);
+    uint64_t seed = 500;
+    for (dgc_gpu_dtype t : {DGC_GPU_F16, DGC_GPU_BF16})
+        for (uint64_t n : sizes)
+            for (int R : {1, 2})
+                for (int vi : {0, 1, 2}) {
+                    variant v = kVariants[vi];
+                    v.average = R == 2;
+                    config c = base_config(n, n > 1000 ? 0.001 : 0.01, 0.01, v, R, seed++);
+                    c.dtype = t;
+                    c.gen = 1;
+                    c.misalign = R == 2 && vi == 1;
+                    c.warmup = 0;
+                    c.steps = small_mode ? 2 : 4;
+                    steps += run_config(c);
+                    configs++;
+                }
+    printf("%s gpu.engine.half_inputs: %d configurations, %d steps (fp16 and bf16 gradients, output converted)\n",
+           verdict(), configs, steps);
+}
+
+/* Four ranks whose largest values share indices, so that the sums add the
+ * same index from several ranks: every rank's output must be the same
+ * bytes, and the host's. Then the same gathered bytes decoded again on two
+ * fresh states. */
+void case_determinism() {
+    const uint64_t n = small_mode ? 20011 : (1u << 20) + 3;
+    config c = base_config(n, 0.01, 0.01, kVariants[1], 4, 77);
+    c.gen = 2;
+    c.steps = small_mode ? 2 : 4;
+    const int steps = run_config(c);
+
+    /* Two fresh states decode one set of payloads. */
+    config d = base_config(n, 0.01, 0.01, kVariants[0], 2, 78);
+    d.gen = 2;
+    d.warmup = 0;
+    sim S(d);
+    if (!S.ok) return;
+    const uint64_t k = k_at(d, 0);
+    const dgc_step_params p = S.params(0, k);
+    const size_t wb = dgc_wire_bytes(k);
+    char err[256];
+    for (int r = 0; r < 2; r++) {
+        hbuf g(n, d.dtype);
+        std::vector<float> g32;
+        make_grad(d, 0, r, &g, &g32);
+        CK(cudaMemcpyAsync(S.dg[r], g.b.data(), g.b.size(), cudaMemcpyHostToDevice, S.st));
+        if (dgc_gpu_compress(S.gs[r], S.dg[r], S.dout[r], d.dtype, &p, (dgc_cuda_stream)S.st, err, sizeof err))
+            fail("dgc_gpu_compress: %s", err);
+    }
+    for (int q = 0; q < 2; q++)
+        for (int r = 0; r < 2; r++)
+            CK(cudaMemcpyAsync((char *)dgc_gpu_gathered(S.gs[q]) + r * wb, dgc_gpu_payload(S.gs[r]), wb,
+                               cudaMemcpyDeviceToDevice, S.st));
+    std::vector<uint8_t> gathered(2 * wb);
+    CK(cudaMemcpyAsync(gathered.data(), dgc_gpu_gathered(S.gs[0]), 2 * wb, cudaMemcpyDeviceToHost, S.st));
+    std::vector<std::vector<float>> out(2, std::vector<float>(n));
+    for (int q = 0; q < 2; q++) {
+        if (dgc_gpu_decode(S.gs[q], S.dout[q], d.dtype, &p, 0, 0, S.rep[q], (dgc_cuda_stream)S.st, err, sizeof err))
+            fail("dgc_gpu_decode: %s", err);
+        CK(cudaMemcpyAsync(out[q].data(), S.dout[q], n * 4, cudaMemcpyDeviceToHost, S.st));
+    }
+    CK(cudaStreamSynchronize(S.st));
+    std::vector<float> h(n);
+    if (dgc_wire_decode(gathered.data(), 2, 0, n, k, h.data(), err, sizeof err) != DGC_DECODE_OK)
+        fail("host decode: %s", err);
+    if (memcmp(out[0].data(), out[1].data(), n * 4) != 0) fail("two states decoded the same payloads differently");
+    if (memcmp(out[0].data(), h.data(), n * 4) != 0) fail("the GPU decode differs from dgc_wire_decode");
+    printf("%s gpu.engine.determinism: 4 ranks with shared indices, %d steps; 2 states on one gathered set\n",
+           verdict(), steps);
+}
+
+struct bad_case {
+    const char *name;
+    int rank;
+    uint32_t reason;
+    uint64_t slot;
+};
+
+/* Corrupts the gathered payloads as the case says; returns the value the
+ * report must name. */
+uint64_t corrupt(std::vector<uint8_t> &gth, size_t wb, uint64_t k, uint64_t n, uint64_t step, int which) {
+    auto hdr = [&](int r) { return reinterpret_cast<dgc_wire_header *>(gth.data() + (size_t)r * wb); };
+    auto pl = [&](int r) { return gth.data() + (size_t)r * wb; };
+    switch (which) {
+    case 0: hdr(1)->magic = 0xdeadbeefu; return 0xdeadbeefu;
+    case 1: hdr(1)->flags = 8u; return 8u;
+    case 2: hdr(2)->flags = DGC_WIRE_DENSE; return DGC_WIRE_DENSE;
+    case 3: hdr(1)->step = step + 7; return step + 7;
+    case 4: hdr(2)->n = n + 1; return n + 1;
+    case 5: hdr(1)->k = k + 1; return k + 1;
+    case 6: set_slot(pl(2), k, 5, (uint32_t)n, slot_value(pl(2), k, 5)); return n;
+    case 7: { /* slot 3 repeats slot 2's index */
+        const uint32_t i = slot_index(pl(1), k, 2);
+        set_slot(pl(1), k, 3, i, slot_value(pl(1), k, 3));
+        return i;
+    }
+    case 8: set_slot(pl(2), k, 4, 0, 0); return slot_index(pl(2), k, 5); /* padding, then slot 5 real */
+    case 9: /* two faults: rank 2's header and rank 1's slot 6; rank 1 is first */
+        hdr(2)->magic = 1;
+        set_slot(pl(1), k, 6, 0xffffffffu, slot_value(pl(1), k, 6));
+        return 0xffffffffu;
+    default: return 0;
+    }
+}
+
+void case_bad_payloads() {
+    const bad_case cases[] = {
+        {"bad magic", 1, DGC_GPU_BAD_MAGIC, 0},        {"unknown flag", 1, DGC_GPU_BAD_MAGIC, 0},
+        {"DENSE flag", 2, DGC_GPU_BAD_MAGIC, 0},       {"wrong step", 1, DGC_GPU_BAD_HEADER, 0},
+        {"wrong n", 2, DGC_GPU_BAD_HEADER, 0},         {"wrong k", 1, DGC_GPU_BAD_HEADER, 0},
+        {"index >= n", 2, DGC_GPU_BAD_INDEX, 5},       {"repeated index", 1, DGC_GPU_BAD_ORDER, 3},
+        {"padding before a real pair", 2, DGC_GPU_BAD_ORDER, 5}, {"two faults, lower rank first", 1, DGC_GPU_BAD_INDEX, 6},
+    };
+    config c = base_config(20011, 0.01, 0.01, kVariants[1], 3, 300);
+    c.warmup = 0;
+    sim S(c);
+    if (!S.ok) return;
+    if (run_step(S, 0) != STEP_OK) return; /* a committed step first: prev kept, cur flipped */
+    const uint64_t step = 1, n = c.n, k = k_at(c, step);
+    const dgc_step_params p = S.params(step, k);
+    const size_t wb = dgc_wire_bytes(k);
+    std::vector<float> v0(n), u0(n), v1(n), u1(n), out(n);
+    if (dgc_gpu_state_read(S.gs[0], v0.data(), u0.data())) fail("state read: %s", dgc_gpu_last_error());
+    char err[256];
+    int which = 0;
+    for (const bad_case &bc : cases) {
+        memset(S.rep[0], 0, sizeof *S.rep[0]);
+        hbuf g(n, c.dtype);
+        std::vector<float> g32;
+        for (int r = 0; r < c.nranks; r++) {
+            make_grad(c, step, r, &g, &g32);
+            CK(cudaMemcpyAsync(S.dg[r], g.b.data(), g.b.size(), cudaMemcpyHostToDevice, S.st));
+            if (dgc_gpu_compress(S.gs[r], S.dg[r], S.dout[r], c.dtype, &p, (dgc_cuda_stream)S.st, err, sizeof err))
+                fail("dgc_gpu_compress: %s", err);
+        }
+        std::vector<uint8_t> gth((size_t)c.nranks * wb);
+        for (int r = 0; r < c.nranks; r++)
+            CK(cudaMemcpyAsync(gth.data() + r * wb, dgc_gpu_payload(S.gs[r]), wb, cudaMemcpyDeviceToHost, S.st));
+        CK(cudaStreamSynchronize(S.st));
+        const uint64_t value = corrupt(gth, wb, k, n, step, which++);
+        CK(cudaMemcpyAsync(dgc_gpu_gathered(S.gs[0]), gth.data(), gth.size(), cudaMemcpyHostToDevice, S.st));
+        if (dgc_gpu_decode(S.gs[0], S.dout[0], c.dtype, &p, c.v.compensate, 0, S.rep[0], (dgc_cuda_stream)S.st, err,
+                           sizeof err))
+            fail("dgc_gpu_decode: %s", err);
+        CK(cudaMemcpyAsync(out.data(), S.dout[0], n * 4, cudaMemcpyDeviceToHost, S.st));
+        CK(cudaStreamSynchronize(S.st));
+        const volatile dgc_gpu_report *rp = S.rep[0];
+        if (rp->bad != bc.reason || rp->bad_rank != bc.rank || rp->bad_slot != bc.slot || rp->bad_value != value ||
+            rp->bad_step != step)
+            fail("%s: report bad %u rank %d slot %llu value %llu step %llu; expected %u rank %d slot %llu value %llu "
+                 "step %llu",
+                 bc.name, rp->bad, rp->bad_rank, (unsigned long long)rp->bad_slot, (unsigned long long)rp->bad_value,
+                 (unsigned long long)rp->bad_step, bc.reason, bc.rank, (unsigned long long)bc.slot,
+                 (unsigned long long)value, (unsigned long long)step);
+        for (uint64_t i = 0; i < n; i++)
+            if (bits_of(out[i]) != 0) {
+                fail("%s: output[%llu] = %g, expected 0 (left as the compression left it)", bc.name,
+                     (unsigned long long)i, (double)out[i]);
+                break;
+            }
+        if (dgc_gpu_state_read(S.gs[0], v1.data(), u1.data())) fail("state read: %s", dgc_gpu_last_error());
+        if (memcmp(v0.data(), v1.data(), n * 4) || memcmp(u0.data(), u1.data(), n * 4))
+            fail("%s: the state changed", bc.name);
+    }
+    /* The report keeps the first: another bad decode (bad magic, rank 1)
+     * leaves the last case's record, and so does a good step. */
+    const dgc_gpu_report kept = *S.rep[0];
+    {
+        std::vector<uint8_t> gth((size_t)c.nranks * wb);
+        CK(cudaMemcpy(gth.data(), dgc_gpu_gathered(S.gs[0]), gth.size(), cudaMemcpyDeviceToHost));
+        reinterpret_cast<dgc_wire_header *>(gth.data())->magic = 0; /* rank 0 */
+        CK(cudaMemcpy(dgc_gpu_gathered(S.gs[0]), gth.data(), gth.size(), cudaMemcpyHostToDevice));
+        if (dgc_gpu_decode(S.gs[0], S.dout[0], c.dtype, &p, c.v.compensate, 0, S.rep[0], (dgc_cuda_stream)S.st, err,
+                           sizeof err))
+            fail("dgc_gpu_decode: %s", err);
+        CK(cudaStreamSynchronize(S.st));
+    }
+    /* Nothing of the bad calls remains: the next good step matches the host. */
+    const int good = run_step(S, step);
+    if (good == STEP_FAIL) fail("the good step after the bad payloads does not match the host");
+    if (memcmp(&kept, S.rep[0], sizeof kept) != 0)
+        fail("the report's first bad payload was overwritten (bad %u rank %d slot %llu, kept %u rank %d slot %llu)",
+             S.rep[0]->bad, S.rep[0]->bad_rank, (unsigned long long)S.rep[0]->bad_slot, kept.bad, kept.bad_rank,
+             (unsigned long long)kept.bad_slot);
+    printf("%s gpu.engine.bad_payloads: %zu kinds of bad payload, then a good step\n", verdict(),
+           sizeof cases / sizeof cases[0]);
+}
+
+/* A NaN in one rank's gradient: every rank's output all NaN, no state
+ * changes, counters +1; then a finite step works. Then a rank that failed
+ * (flag-only header, garbage slots): NaN everywhere, failed counters. */
+void case_nonfinite() {
+    for (dgc_gpu_dtype t : {DGC_GPU_F32, DGC_GPU_BF16}) {
+        config c = base_config(20011, 0.01, 0.01, kVariants[1], 2, 400);
+        c.warmup = 0;
+        c.dtype = t;
+        c.gen = t == DGC_GPU_F32 ? 0 : 1;
+        sim S(c);
+        if (!S.ok) return;
+        if (run_step(S, 0) != STEP_OK) return;
+        if (run_step(S, 1, 1, 17) != STEP_OK) return; /* compared to the host: NaN out, states as before */
+        for (int r = 0; r < 2; r++) {
+            if (S.rep[r]->nonfinite != 1) fail("rank %d report nonfinite %llu, expected 1", r,
+                                               (unsigned long long)S.rep[r]->nonfinite);
+            if (dgc_gpu_state_nonfinite(S.gs[r]) != 1)
+                fail("rank %d state nonfinite %llu, expected 1", r, (unsigned long long)dgc_gpu_state_nonfinite(S.gs[r]));
+        }
+        if (run_step(S, 2) == STEP_FAIL) return;
+
+        /* Step 3: rank 1 takes part without state. */
+        const uint64_t step = 3, n = c.n, k = k_at(c, step);
+        const dgc_step_params p = S.params(step, k);
+        const size_t wb = dgc_wire_bytes(k);
+        char err[256];
+        std::vector<float> v0(n), u0(n), v1(n), u1(n);
+        if (dgc_gpu_state_read(S.gs[0], v0.data(), u0.data())) fail("state read: %s", dgc_gpu_last_error());
+        hbuf g(n, c.dtype);
+        std::vector<float> g32;
+        make_grad(c, step, 0, &g, &g32);
+        CK(cudaMemcpyAsync(S.dg[0], g.b.data(), g.b.size(), cudaMemcpyHostToDevice, S.st));
+        if (dgc_gpu_compress(S.gs[0], S.dg[0], S.dout[0], c.dtype, &p, (dgc_cuda_stream)S.st, err, sizeof err))
+            fail("dgc_gpu_compress: %s", err);
+        void *own = nullptr, *gth = nullptr;
+        CK(cudaMalloc(&own, wb));
+        CK(cudaMalloc(&gth, 2 * wb));
+        CK(cudaMemsetAsync(own, 0xab, wb, S.st)); /* garbage slots: only the header counts */
+        if (dgc_gpu_flag_only(own, DGC_WIRE_FAILED, &p, (dgc_cuda_stream)S.st)) fail("dgc_gpu_flag_only failed");
+        CK(cudaMemcpyAsync(dgc_gpu_gathered(S.gs[0]), dgc_gpu_payload(S.gs[0]), wb, cudaMemcpyDeviceToDevice, S.st));
+        CK(cudaMemcpyAsync((char *)dgc_gpu_gathered(S.gs[0]) + wb, own, wb, cudaMemcpyDeviceToDevice, S.st));
+        CK(cudaMemcpyAsync(gth, dgc_gpu_gathered(S.gs[0]), 2 * wb, cudaMemcpyDeviceToDevice, S.st));
+        if (dgc_gpu_decode(S.gs[0], S.dout[0], c.dtype, &p, c.v.compensate, c.v.average, S.rep[0],
+                           (dgc_cuda_stream)S.st, err, sizeof err))
+            fail("dgc_gpu_decode: %s", err);
+        if (dgc_gpu_decode_stateless(gth, S.dout[1], c.dtype, &p, S.rep[1], (dgc_cuda_stream)S.st))
+            fail("dgc_gpu_decode_stateless: %s", dgc_gpu_last_error());
+        std::vector<hbuf> out(2, hbuf(n, c.dtype));
+        for (int r = 0; r < 2; r++)
+            CK(cudaMemcpyAsync(out[r].b.data(), S.dout[r], out[r].b.size(), cudaMemcpyDeviceToHost, S.st));
+        CK(cudaStreamSynchronize(S.st));
+        for (int r = 0; r < 2; r++) {
+            for (uint64_t i = 0; i < n; i++)
+                if (out[r].get(i) != nan_bits(t)) {
+                    fail("%s failed rank: rank %d output[%llu] = 0x%x, expected NaN", dname(t), r,
+                         (unsigned long long)i, out[r].get(i));
+                    break;
+                }
+            if (S.rep[r]->failed != 1 || S.rep[r]->failed_rank != 1)
+                fail("%s failed rank: rank %d report failed %llu rank %d, expected 1 rank 1", dname(t), r,
+                     (unsigned long long)S.rep[r]->failed, S.rep[r]->failed_rank);
+            if (S.rep[r]->bad) fail("%s failed rank: rank %d report bad %u", dname(t), r, S.rep[r]->bad);
+        }
+        if (dgc_gpu_state_nonfinite(S.gs[0]) != 2) fail("state 0 nonfinite %llu, expected 2",
+                                                          (unsigned long long)dgc_gpu_state_nonfinite(S.gs[0]));
+        if (dgc_gpu_state_read(S.gs[0], v1.data(), u1.data())) fail("state read: %s", dgc_gpu_last_error());
+        if (memcmp(v0.data(), v1.data(), n * 4) || memcmp(u0.data(), u1.data(), n * 4))
+            fail("%s failed rank: the state changed", dname(t));
+        CK(cudaFree(own));
+        CK(cudaFree(gth));
+        /* The host did compress rank 0 for step 3 in the real path: keep in
+         * step by compressing and discarding; rank 1 did nothing. */
+        std::vector<uint8_t> hpay(wb);
+        if (dgc_compress(S.hs[0], g32.data(), &p, hpay.data()) == 0) dgc_discard(S.hs[0]);
+        if (run_step(S, 3) == STEP_FAIL) fail("%s: the finite step after the failed one does not match", dname(t));
+    }
+    printf("%s gpu.engine.nonfinite: NaN in one rank (fp32, bf16), a failed rank, then finite steps\n",
+           verdict());
+}
+
+/* Candidates beyond dgc_candidate_cap: ten thousand equal values where k is
+ * 100 take the exact path on both sides, ties in index order. */
+void case_overflow() {
+    int steps = 0, configs = 0;
+    for (double ratio : {0.01, 1.0})
+        for (int vi : {0, 1}) {
+            config c = base_config(100000, 0.001, ratio, kVariants[vi], 1, 600 + configs);
+            c.gen = 3;
+            c.warmup = 0;
+            c.steps = small_mode ? 2 : 4;
+            c.exact_ties = true;
+            steps += run_config(c);
+            configs++;
+        }
+    printf("%s gpu.engine.overflow: %d configurations, %d steps on the exact path (k 100, candidate room %llu)\n",
+           verdict(), configs, steps, (unsigned long long)dgc_candidate_cap(100000, 100));
+}
+
+void case_large() {
+    const uint64_t n = small_mode ? (1u << 20) : 25000000;
+    config c = base_config(n, 0.001, 0.01, kVariants[1], 1, 700);
+    c.warmup = 0;
+    c.steps = 3;
+    const int steps = run_config(c);
+    printf("%s gpu.engine.large: n %llu, %d steps\n", verdict(), (unsigned long long)n, steps);
+}
+
+struct named_case {
+    const char *name;
+    void (*run)(void);
+};
+const named_case kCases[] = {
+    {"against_host", case_against_host}, {"half_inputs", case_half_inputs}, {"determinism", case_determinism},
+    {"bad_payloads", case_bad_payloads}, {"nonfinite", case_nonfinite},     {"overflow", case_overflow},
+    {"large", case_large},
+};
+
+} // namespace
+
+int main(int argc, char **argv) {
+    const char *which = nullptr;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--small")) small_mode = true;
+        else which = argv[i];
+    }
+    bool known = which && !strcmp(which, "all");
+    for (const named_case &c : kCases) known = known || (which && !strcmp(which, c.name));
+    if (!known) {
+        fprintf(stderr, "usage: %s CASE [--small]\n  CASE: all", argv[0]);
+        for (const named_case &c : kCases) fprintf(stderr, " %s", c.name);
+        fprintf(stderr, "\n");
+        return 2;
+    }
+    if (!dgc_gpu_available()) {
+        printf("SKIPPED gpu.engine.%s: no CUDA device (%s)\n", which, dgc_gpu_last_error());
+        return 77;
+    }
+    for (const named_case &c : kCases) {
+        if (strcmp(which, "all") && strcmp(which, c.name)) continue;
+        case_name = c.name;
+        failures_before = failures;
+        c.run();
+    }
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,933 @@
+/* The gpu.nccl.* cases: an ordinary NCCL program (MPI only hands out the
+ * ncclUniqueId and compares results between ranks) run under
+ * LD_PRELOAD=libdgcshim.so. It knows nothing of the shim's code: its
+ * expectations come from host references written here, independently.
+ *
+ *   nccl_check CASE      (under mpirun; every rank on device 0)
+ *
+ * Each case sets its own DGC_* variables (the table at the end) before its
+ * first NCCL call, which is where the shim reads them in a process that
+ * never calls the shim's MPI_Init. MPI is started with PMPI_Init for that
+ * reason: this is an NCCL job as far as the shim can tell, as a torchrun job
+ * is (and a case may give one rank a different environment).
+ *
+ * The DGC reference (momentum 0, no clipping, no warm-up,
+ * DGC_SAMPLE_RATIO=1 so that the selection is the exact top k): every rank
+ * keeps v, adds its gradient, sends its k largest |v| and zeroes them; the
+ * output is 0 plus every rank's pairs, rank by rank in rank order, in fp32.
+ * That is the design's algorithm, computed here from both ranks' gradients
+ * (every rank can generate every rank's gradient from the seed). */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <mpi.h>
+#include <nccl.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+static int rank, nranks;
+static const char *case_name = "?";
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fail(const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "FAIL gpu.nccl.%s rank %d: %s\n", case_name, rank, msg);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1);
+}
+
+#define CUDA_OK(x)                                                                                                    \
+    do {                                                                                                              \
+        cudaError_t e_ = (x);                                                                                         \
+        if (e_ != cudaSuccess) fail("%s: %s (line %d)", #x, cudaGetErrorString(e_), __LINE__);                        \
+    } while (0)
+#define NCCL_OK(x)                                                                                                    \
+    do {                                                                                                              \
+        ncclResult_t r_ = (x);                                                                                        \
+        if (r_ != ncclSuccess)                                                                                        \
+            fail("%s: ncclResult_t %d, %s (line %d)", #x, (int)r_, ncclGetErrorString(r_), __LINE__);                 \
+    } while (0)
+
+/* ---- data ---- */
+
+static uint64_t mix(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static uint64_t key(int r, uint64_t tag, long step, long i) {
+    return mix(mix(mix(tag * 1000003u + (uint64_t)r) + (uint64_t)step) + (uint64_t)i);
+}
+
+/* Rank r's float gradient for buffer tag at step: uniform in [-1, 1) (24
+ * bits, so exact in fp32) times a scale spanning two decades. */
+static float grad(int r, uint64_t tag, long step, long i) {
+    float u = (float)(key(r, tag, step, i) >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+    static const float scale[3] = {1.0f, 0.1f, 0.01f};
+    return u * scale[i % 3];
+}
+
+static void fill(float *g, int r, uint64_t tag, long step, long n) {
+    for (long i = 0; i < n; i++) g[i] = grad(r, tag, step, i);
+}
+
+/* FNV-1a over bytes: what ranks compare to show identical outputs. */
+static uint64_t hash_bytes(const void *p, size_t len) {
+    const unsigned char *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < len; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static void check_identical(const void *out, size_t bytes, const char *what) {
+    uint64_t h = hash_bytes(out, bytes), all[64];
+    if (nranks > 64) fail("too many ranks");
+    MPI_Allgather(&h, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
+    for (int r = 1; r < nranks; r++)
+        if (all[r] != all[0]) fail("%s: rank %d's output bytes differ from rank 0's", what, r);
+}
+
+static long k_for(long n, double sparsity) {
+    double x = (1.0 - sparsity) * (double)n;
+    long k = (long)ceil(x * (1.0 - 1e-12));
+    return k < 1 ? 1 : k > n ? n : k;
+}
+
+/* ---- fp16 and bf16 on the host (round to nearest even) ---- */
+
+static float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) {
+        float f = ldexpf((float)man, -24);
+        return sign ? -f : f;
+    }
+    bits = exp == 31 ? sign | 0x7f800000u | (man << 13) : sign | ((exp + 112) << 23) | (man << 13);
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static uint16_t float_to_half(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    uint32_t sign = (x >> 16) & 0x8000, ax = x & 0x7fffffff;
+    if (ax >= 0x7f800000) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000 ? 0x200 : 0));
+    if (ax >= 0x477ff000) return (uint16_t)(sign | 0x7c00); /* 65520 and up round to infinity */
+    if (ax < 0x38800000) {                                  /* below 2^-14: subnormal, units of 2^-24 */
+        float a;
+        memcpy(&a, &ax, sizeof a);
+        return (uint16_t)(sign | (uint32_t)nearbyintf(a * 16777216.0f));
+    }
+    uint32_t h = (((ax >> 23) - 112) << 10) | ((ax >> 13) & 0x3ff), rest = ax & 0x1fff;
+    if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+}
+
+static float bf16_to_float(uint16_t b) {
+    uint32_t x = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
+static uint16_t float_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    x += 0x7fff + ((x >> 16) & 1);
+    return (uint16_t)(x >> 16);
+}
+
+/* ---- device and NCCL helpers ---- */
+
+static void *dev_alloc(size_t bytes) {
+    void *p = NULL;
+    CUDA_OK(cudaMalloc(&p, bytes));
+    return p;
+}
+
+static void upload(void *dev, const void *host, size_t bytes) {
+    CUDA_OK(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice));
+}
+
+static void download(void *host, const void *dev, size_t bytes, cudaStream_t s) {
+    CUDA_OK(cudaStreamSynchronize(s));
+    CUDA_OK(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost));
+}
+
+static void wait_comm(ncclComm_t comm) {
+    ncclResult_t st = ncclInProgress;
+    while (st == ncclInProgress) {
+        NCCL_OK(ncclCommGetAsyncError(comm, &st));
+        if (st == ncclInProgress) sched_yield();
+    }
+    if (st != ncclSuccess) fail("communicator error %d (%s)", (int)st, ncclGetErrorString(st));
+}
+
+static ncclComm_t make_comm(int blocking) {
+    ncclUniqueId id;
+    if (rank == 0) NCCL_OK(ncclGetUniqueId(&id));
+    MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+    ncclComm_t comm = NULL;
+    if (blocking) {
+        NCCL_OK(ncclCommInitRank(&comm, nranks, id, rank));
+        return comm;
+    }
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclResult_t r = ncclCommInitRankConfig(&comm, nranks, id, rank, &cfg);
+    if (r != ncclSuccess && r != ncclInProgress) fail("ncclCommInitRankConfig: %d", (int)r);
+    wait_comm(comm);
+    return comm;
+}
+
+/* ---- the DGC reference ---- */
+
+typedef struct {
+    long n, k;
+    float *v;   /* nranks rows of n: every rank's residual */
+    float *g;   /* scratch: one rank's gradient */
+    long *idx;  /* scratch: indices by |v| */
+} dgc_ref;
+
+static dgc_ref ref_new(long n, double sparsity) {
+    dgc_ref r = {n, k_for(n, sparsity), calloc((size_t)(n * nranks), sizeof(float)), malloc((size_t)n * sizeof(float)),
+                 malloc((size_t)n * sizeof(long))};
+    if (!r.v || !r.g || !r.idx) fail("no host memory");
+    return r;
+}
+
+static int by_magnitude(const void *a, const void *b, void *ctx) {
+    const float *v = ctx;
+    long i = *(const long *)a, j = *(const long *)b;
+    float x = fabsf(v[i]), y = fabsf(v[j]);
+    if (x != y) return x > y ? -1 : 1;
+    return (i > j) - (i < j);
+}
+
+/* One step on the buffer tag: gradients step < until (zero after: the
+ * residual drains), out = the DGC output. */
+static void ref_step(dgc_ref *R, uint64_t tag, long step, long until, float *out) {
+    for (long i = 0; i < R->n; i++) out[i] = 0.0f;
+    for (int r = 0; r < nranks; r++) {
+        float *v = R->v + (size_t)r * (size_t)R->n;
+        if (step < until) fill(R->g, r, tag, step, R->n);
+        else memset(R->g, 0, (size_t)R->n * sizeof(float));
+        for (long i = 0; i < R->n; i++) {
+            v[i] = v[i] + R->g[i];
+            R->idx[i] = i;
+        }
+        qsort_r(R->idx, (size_t)R->n, sizeof(long), by_magnitude, v);
+        for (long j = 0; j < R->k; j++) {
+            long i = R->idx[j];
+            out[i] += v[i];
+            v[i] = 0.0f;
+        }
+    }
+}
+
+static void expect_equal(const float *got, const float *want, long n, const char *what) {
+    for (long i = 0; i < n; i++)
+        if (!(got[i] == want[i])) fail("%s: element %ld is %.9g, the reference says %.9g", what, i, got[i], want[i]);
+}
+
+static long nonzeros(const float *x, long n) {
+    long c = 0;
+    for (long i = 0; i < n; i++) c += x[i] != 0.0f;
+    return c;
+}
+
+/* ---- cases ---- */
+
+/* DGC_SPARSITY=0, DGC_SAMPLE_RATIO=1: every element is sent, so the output
+ * is the exact sum (or average) in rank order. Sum and average, in place and
+ * not, a stream of the program's and the legacy default stream. */
+static void case_exact(void) {
+    ncclComm_t comm = make_comm(1);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    const long n = 100003;
+    const size_t bytes = (size_t)n * sizeof(float);
+    float *g = malloc(bytes), *out = malloc(bytes), *want = malloc(bytes), *gr = malloc(bytes);
+    if (!g || !out || !want || !gr) fail("no host memory");
+    for (int variant = 0; variant < 4; variant++) {
+        int inplace = variant & 1, avg = variant >> 1;
+        cudaStream_t st = avg ? (cudaStream_t)0 : s;
+        float *send = dev_alloc(bytes), *recv = inplace ? send : dev_alloc(bytes);
+        for (long step = 0; step < 3; step++) {
+            fill(g, rank, (uint64_t)variant, step, n);
+            upload(send, g, bytes);
+            NCCL_OK(ncclAllReduce(send, recv, (size_t)n, ncclFloat32, avg ? ncclAvg : ncclSum, comm, st));
+            download(out, recv, bytes, st);
+            for (long i = 0; i < n; i++) want[i] = 0.0f;
+            for (int r = 0; r < nranks; r++) {
+                fill(gr, r, (uint64_t)variant, step, n);
+                for (long i = 0; i < n; i++) want[i] += gr[i];
+            }
+            if (avg)
+                for (long i = 0; i < n; i++) want[i] /= (float)nranks;
+            char what[64];
+            snprintf(what, sizeof what, "variant %d (%s%s) step %ld", variant, avg ? "avg" : "sum",
+                     inplace ? ", in place" : "", step);
+            expect_equal(out, want, n, what);
+            check_identical(out, bytes, what);
+        }
+        CUDA_OK(cudaFree(send));
+        if (!inplace) CUDA_OK(cudaFree(recv));
+    }
+    NCCL_OK(ncclCommDestroy(comm));
+    free(g);
+    free(out);
+    free(want);
+    free(gr);
+}
+
+/* DGC_SPARSITY=0.99, DGC_SAMPLE_RATIO=1, DGC_MOMENTUM=0: every step equals
+ * the reference, bytes are identical on every rank, each output holds at
+ * most nranks * k non-zeros (it was compressed), and after the gradients
+ * stop and the residual drains, the outputs add up to the inputs
+ * (invariant 2: sum of outputs + residuals == sum of inputs). */
+static void case_sparse(void) {
+    ncclComm_t comm = make_comm(1);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    const long n = 20000, until = 12;
+    const size_t bytes = (size_t)n * sizeof(float);
+    dgc_ref R = ref_new(n, 0.99);
+    const long steps = until + (n + R.k - 1) / R.k + 10;
+    float *g = malloc(bytes), *out = malloc(bytes), *want = malloc(bytes);
+    double *sum_out = calloc((size_t)n, sizeof(double)), *sum_in = calloc((size_t)n, sizeof(double)),
+           *sum_abs = calloc((size_t)n, sizeof(double));
+    if (!g || !out || !want || !sum_out || !sum_in || !sum_abs) fail("no host memory");
+    float *buf = dev_alloc(bytes);
+    for (long step = 0; step < steps; step++) {
+        if (step < until) fill(g, rank, 7, step, n);
+        else memset(g, 0, bytes);
+        upload(buf, g, bytes);
+        NCCL_OK(ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, comm, s));
+        download(out, buf, bytes, s);
+        ref_step(&R, 7, step, until, want);
+        char what[64];
+        snprintf(what, sizeof what, "step %ld", step);
+        expect_equal(out, want, n, what);
+        check_identical(out, bytes, what);
+        long nz = nonzeros(out, n);
+        if (nz > nranks * R.k) fail("%s: %ld non-zeros, more than %d x k = %ld", what, nz, nranks, nranks * R.k);
+        for (long i = 0; i < n; i++) sum_out[i] += out[i];
+    }
+    for (int r = 0; r < nranks; r++)
+        for (long step = 0; step < until; step++) {
+            fill(g, r, 7, step, n);
+            for (long i = 0; i < n; i++) {
+                sum_in[i] += g[i];
+                sum_abs[i] += fabs(g[i]);
+            }
+        }
+    for (long i = 0; i < n; i++) {
+        double left = 0;
+        for (int r = 0; r < nranks; r++) left += R.v[(size_t)r * (size_t)n + (size_t)i];
+        if (fabs(sum_out[i] + left - sum_in[i]) > 1e-5 * (1 + sum_abs[i]))
+            fail("element %ld: outputs %.9g + residual %.9g != inputs %.9g", i, sum_out[i], left, sum_in[i]);
+    }
+    CUDA_OK(cudaFree(buf));
+    NCCL_OK(ncclCommDestroy(comm));
+}
+
+/* Default sampling (DGC_SAMPLE_RATIO=0.01: the threshold is estimated, so no
+ * exact reference): at most nranks * k non-zeros per output, and once the
+ * residual has drained (outputs all zero), outputs add up to the inputs. */
+static void case_sampled(void) {
+    ncclComm_t comm = make_comm(1);
+    const long n = 50000, until = 10, k = k_for(n, 0.99);
+    const size_t bytes = (size_t)n * sizeof(float);
+    float *g = malloc(bytes), *out = malloc(bytes);
+    double *sum_out = calloc((size_t)n, sizeof(double)), *sum_in = calloc((size_t)n, sizeof(double)),
+           *sum_abs = calloc((size_t)n, sizeof(double));
+    if (!g || !out || !sum_out || !sum_in || !sum_abs) fail("no host memory");
+    float *buf = dev_alloc(bytes);
+    int quiet = 0;
+    long step = 0;
+    for (; step < 5000 && quiet < 3; step++) {
+        if (step < until) fill(g, rank, 9, step, n);
+        else memset(g, 0, bytes);
+        upload(buf, g, bytes);
+        NCCL_OK(ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, comm, (cudaStream_t)0));
+        download(out, buf, bytes, (cudaStream_t)0);
+        check_identical(out, bytes, "sampled step");
+        long nz = nonzeros(out, n);
+        if (nz > nranks * k) fail("step %ld: %ld non-zeros, more than %d x k = %ld", step, nz, nranks, nranks * k);
+        quiet = step >= until && nz == 0 ? quiet + 1 : 0;
+        for (long i = 0; i < n; i++) sum_out[i] += out[i];
+    }
+    if (quiet < 3) fail("the residual did not drain in %ld steps", step);
+    for (int r = 0; r < nranks; r++)
+        for (long t = 0; t < until; t++) {
+            fill(g, r, 9, t, n);
+            for (long i = 0; i < n; i++) {
+                sum_in[i] += g[i];
+                sum_abs[i] += fabs(g[i]);
+            }
+        }
+    for (long i = 0; i < n; i++)
+        if (fabs(sum_out[i] - sum_in[i]) > 1e-5 * (1 + sum_abs[i]))
+            fail("element %ld: outputs add up to %.9g, inputs to %.9g", i, sum_out[i], sum_in[i]);
+    printf("rank %d: drained after %ld steps\n", rank, step);
+    CUDA_OK(cudaFree(buf));
+    NCCL_OK(ncclCommDestroy(comm));
+}
+
+/* A dense float sum of n elements from tag's step 0, exactly as any
+ * all-reduce of two or one rank computes it (a + b == b + a). */
+static void dense_reference(uint64_t tag, long n, float *want, float *scratch) {
+    for (long i = 0; i < n; i++) want[i] = 0.0f;
+    for (int r = 0; r < nranks; r++) {
+        fill(scratch, r, tag, 0, n);
+        for (long i = 0; i < n; i++) want[i] += scratch[i];
+    }
+}
+
+static void int_data(int32_t *x, int r, long m) {
+    for (long i = 0; i < m; i++) x[i] = (int32_t)(key(r, 99, 0, i) % 2000001) - 1000000;
+}
+
+static void check_int_sum(const int32_t *dev, long m, cudaStream_t s) {
+    int32_t *got = malloc((size_t)m * 4), *x = malloc((size_t)m * 4);
+    int64_t *want = calloc((size_t)m, 8);
+    if (!got || !x || !want) fail("no host memory");
+    download(got, dev, (size_t)m * 4, s);
+    for (int r = 0; r < nranks; r++) {
+        int_data(x, r, m);
+        for (long i = 0; i < m; i++) want[i] += x[i];
+    }
+    for (long i = 0; i < m; i++)
+        if (got[i] != (int32_t)want[i]) fail("int32 sum: element %ld is %d, want %d", i, got[i], (int)want[i]);
+    free(got);
+    free(x);
+    free(want);
+}
+
+/* A compressed call inside the user's group beside an ordinary one; a
+ * communicator seen first inside a group (its float call passes through, its
+ * check runs after the group); nested groups; the state a group's call made
+ * carried on by an ordinary call. DGC_SPARSITY=0.99, DGC_SAMPLE_RATIO=1. */
+static void case_group(void) {
+    ncclComm_t comm = make_comm(1);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    const long n = 30000, m = 5000;
+    const size_t bytes = (size_t)n * sizeof(float);
+    float *g = malloc(bytes), *out = malloc(bytes), *want = malloc(bytes);
+    int32_t *ix = malloc((size_t)m * 4);
+    if (!g || !out || !want || !ix) fail("no host memory");
+    float *x[5];
+    for (int i = 0; i < 5; i++) x[i] = dev_alloc(bytes);
+    float *x4_out = dev_alloc(bytes);
+    int32_t *ibuf = dev_alloc((size_t)m * 4);
+    dgc_ref R[5];
+    for (int i = 0; i < 5; i++) R[i] = ref_new(n, 0.99);
+
+    /* A: first sight inside a group: the float call passes through (dense sum). */
+    fill(g, rank, 100, 0, n);
+    upload(x[0], g, bytes);
+    int_data(ix, rank, m);
+    upload(ibuf, ix, (size_t)m * 4);
+    NCCL_OK(ncclGroupStart());
+    NCCL_OK(ncclAllReduce(x[0], x[0], (size_t)n, ncclFloat32, ncclSum, comm, s));
+    NCCL_OK(ncclAllReduce(ibuf, ibuf, (size_t)m, ncclInt32, ncclSum, comm, s));
+    NCCL_OK(ncclGroupEnd());
+    download(out, x[0], bytes, s);
+    dense_reference(100, n, want, g);
+    expect_equal(out, want, n, "A: first call of a communicator inside a group (passed through)");
+    check_int_sum(ibuf, m, s);
+
+    /* B: compressed inside a group, beside a pass-through call. */
+    fill(g, rank, 101, 0, n);
+    upload(x[1], g, bytes);
+    upload(ibuf, ix, (size_t)m * 4);
+    NCCL_OK(ncclGroupStart());
+    NCCL_OK(ncclAllReduce(x[1], x[1], (size_t)n, ncclFloat32, ncclSum, comm, s));
+    NCCL_OK(ncclAllReduce(ibuf, ibuf, (size_t)m, ncclInt32, ncclSum, comm, s));
+    NCCL_OK(ncclGroupEnd());
+    download(out, x[1], bytes, s);
+    ref_step(&R[1], 101, 0, 1, want);
+    expect_equal(out, want, n, "B: compressed call inside a group");
+    check_identical(out, bytes, "B");
+    if (nonzeros(out, n) > nranks * R[1].k) fail("B: not compressed");
+    check_int_sum(ibuf, m, s);
+
+    /* C: nested groups, in place and not. */
+    fill(g, rank, 103, 0, n);
+    upload(x[3], g, bytes);
+    fill(g, rank, 104, 0, n);
+    upload(x[4], g, bytes);
+    NCCL_OK(ncclGroupStart());
+    NCCL_OK(ncclGroupStart());
+    NCCL_OK(ncclAllReduce(x[3], x[3], (size_t)n, ncclFloat32, ncclSum, comm, s));
+    NCCL_OK(ncclGroupEnd());
+    NCCL_OK(ncclAllReduce(x[4], x4_out, (size_t)n, ncclFloat32, ncclSum, comm, s));
+    NCCL_OK(ncclGroupEnd());
+    download(out, x[3], bytes, s);
+    ref_step(&R[3], 103, 0, 1, want);
+    expect_equal(out, want, n, "C: inner group");
+    download(out, x4_out, bytes, s);
+    ref_step(&R[4], 104, 0, 1, want);
+    expect_equal(out, want, n, "C: outer group, out of place");
+    check_identical(out, bytes, "C");
+
+    /* D: buffer B again, outside any group: its state carried on. */
+    fill(g, rank, 101, 1, n);
+    upload(x[1], g, bytes);
+    NCCL_OK(ncclAllReduce(x[1], x[1], (size_t)n, ncclFloat32, ncclSum, comm, s));
+    download(out, x[1], bytes, s);
+    ref_step(&R[1], 101, 1, 2, want);
+    expect_equal(out, want, n, "D: second step of B's buffer, outside a group");
+    NCCL_OK(ncclCommDestroy(comm));
+}
+
+/* ncclGroupSimulateEnd: a compressed call held back in a simulated group is
+ * never run (its output untouched, no step taken); the same call then runs
+ * for real as a first step. */
+static void case_simulate(void) {
+    ncclComm_t comm = make_comm(1);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    const long n = 30000;
+    const size_t bytes = (size_t)n * sizeof(float);
+    float *g = malloc(bytes), *out = malloc(bytes), *want = malloc(bytes);
+    if (!g || !out || !want) fail("no host memory");
+    float *x = dev_alloc(bytes);
+    dgc_ref R = ref_new(n, 0.99);
+    /* The communicator's check first, on a small call. */
+    fill(g, rank, 200, 0, 10);
+    upload(x, g, 10 * sizeof(float));
+    NCCL_OK(ncclAllReduce(x, x, 10, ncclFloat32, ncclSum, comm, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    fill(g, rank, 201, 0, n);
+    upload(x, g, bytes);
+    ncclSimInfo_t info = NCCL_SIM_INFO_INITIALIZER;
+    NCCL_OK(ncclGroupStart());
+    NCCL_OK(ncclAllReduce(x, x, (size_t)n, ncclFloat32, ncclSum, comm, s));
+    NCCL_OK(ncclGroupSimulateEnd(&info));
+    download(out, x, bytes, s);
+    expect_equal(out, g, n, "simulated group: the buffer must be untouched");
+    NCCL_OK(ncclAllReduce(x, x, (size_t)n, ncclFloat32, ncclSum, comm, s));
+    download(out, x, bytes, s);
+    ref_step(&R, 201, 0, 1, want);
+    expect_equal(out, want, n, "the call after a simulated group");
+    NCCL_OK(ncclCommDestroy(comm));
+}
+
+/* Calls the shim must not touch, compared bit for bit against exact host
+ * results: int32 sum, float max, a float sum under DGC_MIN_ELEMENTS, a
+ * double sum. */
+static void case_passthrough(void) {
+    ncclComm_t comm = make_comm(1);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    const long m = 50000, small = 100;
+    int32_t *ix = malloc((size_t)m * 4);
+    float *f = malloc((size_t)m * 4), *fo = malloc((size_t)m * 4), *fw = malloc((size_t)m * 4);
+    double *d = malloc((size_t)m * 8), *dw = malloc((size_t)m * 8), *dout = malloc((size_t)m * 8);
+    if (!ix || !f || !fo || !fw || !d || !dw || !dout) fail("no host memory");
+    void *buf = dev_alloc((size_t)m * 8), *obuf = dev_alloc((size_t)m * 8);
+
+    int_data(ix, rank, m);
+    upload(buf, ix, (size_t)m * 4);
+    NCCL_OK(ncclAllReduce(buf, buf, (size_t)m, ncclInt32, ncclSum, comm, s));
+    check_int_sum(buf, m, s);
+
+    fill(f, rank, 300, 0, m);
+    upload(buf, f, (size_t)m * 4);
+    NCCL_OK(ncclAllReduce(buf, obuf, (size_t)m, ncclFloat32, ncclMax, comm, s));
+    download(fo, obuf, (size_t)m * 4, s);
+    for (long i = 0; i < m; i++) fw[i] = -INFINITY;
+    for (int r = 0; r < nranks; r++) {
+        fill(f, r, 300, 0, m);
+        for (long i = 0; i < m; i++) fw[i] = f[i] > fw[i] ? f[i] : fw[i];
+    }
+    if (memcmp(fo, fw, (size_t)m * 4)) fail("float max differs from the host's");
+
+    fill(f, rank, 301, 0, small);
+    upload(buf, f, (size_t)small * 4);
+    NCCL_OK(ncclAllReduce(buf, buf, (size_t)small, ncclFloat32, ncclSum, comm, s));
+    download(fo, buf, (size_t)small * 4, s);
+    dense_reference(301, small, fw, f);
+    if (memcmp(fo, fw, (size_t)small * 4)) fail("a float sum under DGC_MIN_ELEMENTS differs from the exact sum");
+
+    for (long i = 0; i < m; i++) d[i] = (double)grad(rank, 302, 0, i) * 1e-3 + (double)grad(rank, 303, 0, i);
+    upload(buf, d, (size_t)m * 8);
+    NCCL_OK(ncclAllReduce(buf, buf, (size_t)m, ncclFloat64, ncclSum, comm, s));
+    download(dout, buf, (size_t)m * 8, s);
+    for (long i = 0; i < m; i++) dw[i] = 0.0;
+    for (int r = 0; r < nranks; r++)
+        for (long i = 0; i < m; i++) dw[i] += (double)grad(r, 302, 0, i) * 1e-3 + (double)grad(r, 303, 0, i);
+    if (memcmp(dout, dw, (size_t)m * 8)) fail("double sum differs from the exact sum");
+    NCCL_OK(ncclCommDestroy(comm));
+}
+
+/* Rank r's value i of a half-precision variant: a multiple of 1/64 within
+ * span/64, exact in the type (span 2047: 11 significant bits, fp16's; 255:
+ * 8, bf16's). */
+static float half_value(int r, int variant, long i, long span) {
+    uint64_t x = key(r, 400 + (uint64_t)variant, 0, i) % (uint64_t)(2 * span + 1);
+    return (float)((long)x - span) / 64.0f;
+}
+
+/* fp16 and bf16, DGC_SPARSITY=0: the sum (or average) of the ranks' values
+ * in fp32, rounded to the type once. Inputs are exact in the type and their
+ * sums need one bit more, so the rounding is exercised. */
+static void case_half(void) {
+    ncclComm_t comm = make_comm(1);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    const long n = 40000;
+    uint16_t *h = malloc((size_t)n * 2), *got = malloc((size_t)n * 2);
+    if (!h || !got) fail("no host memory");
+    for (int variant = 0; variant < 8; variant++) {
+        int bf = variant & 1, avg = (variant >> 1) & 1, inplace = variant >> 2;
+        ncclDataType_t dt = bf ? ncclBfloat16 : ncclFloat16;
+        /* fp16: 11 significant bits, bf16: 8, in units of 1/64 */
+        const long span = bf ? 255 : 2047;
+        uint16_t *send = dev_alloc((size_t)n * 2), *recv = inplace ? send : dev_alloc((size_t)n * 2);
+        for (long i = 0; i < n; i++) {
+            float v = half_value(rank, variant, i, span);
+            h[i] = bf ? float_to_bf16(v) : float_to_half(v);
+        }
+        upload(send, h, (size_t)n * 2);
+        NCCL_OK(ncclAllReduce(send, recv, (size_t)n, dt, avg ? ncclAvg : ncclSum, comm, s));
+        download(got, recv, (size_t)n * 2, s);
+        for (long i = 0; i < n; i++) {
+            float acc = 0.0f;
+            for (int r = 0; r < nranks; r++) acc += half_value(r, variant, i, span);
+            if (avg) acc /= (float)nranks;
+            uint16_t want = bf ? float_to_bf16(acc) : float_to_half(acc);
+            float a = bf ? bf16_to_float(got[i]) : half_to_float(got[i]);
+            float b = bf ? bf16_to_float(want) : half_to_float(want);
+            if (!(a == b))
+                fail("%s %s%s: element %ld is %.9g (0x%04x), want %.9g (0x%04x)", bf ? "bf16" : "fp16",
+                     avg ? "avg" : "sum", inplace ? " in place" : "", i, a, got[i], b, want);
+        }
+        check_identical(got, (size_t)n * 2, "half");
+        CUDA_OK(cudaFree(send));
+        if (!inplace) CUDA_OK(cudaFree(recv));
+    }
+    NCCL_OK(ncclCommDestroy(comm));
+}
+
+/* A call captured into a CUDA graph passes through (dense: its output is
+ * the plain sum, replayed correctly), between compressed calls on another
+ * buffer whose state carries on. */
+static void case_graph(void) {
+    ncclComm_t comm = make_comm(1);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    const long n = 30000;
+    const size_t bytes = (size_t)n * sizeof(float);
+    float *g = malloc(bytes), *out = malloc(bytes), *want = malloc(bytes);
+    if (!g || !out || !want) fail("no host memory");
+    float *x = dev_alloc(bytes), *yin = dev_alloc(bytes), *yout = dev_alloc(bytes);
+    dgc_ref R = ref_new(n, 0.99);
+
+    fill(g, rank, 500, 0, n);
+    upload(x, g, bytes);
+    NCCL_OK(ncclAllReduce(x, x, (size_t)n, ncclFloat32, ncclSum, comm, s));
+    download(out, x, bytes, s);
+    ref_step(&R, 500, 0, 2, want);
+    expect_equal(out, want, n, "compressed call before the capture");
+
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    NCCL_OK(ncclAllReduce(yin, yout, (size_t)n, ncclFloat32, ncclSum, comm, s));
+    CUDA_OK(cudaStreamEndCapture(s, &graph));
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    for (long rep = 0; rep < 3; rep++) {
+        fill(g, rank, 501, rep, n);
+        upload(yin, g, bytes);
+        CUDA_OK(cudaGraphLaunch(exec, s));
+        download(out, yout, bytes, s);
+        for (long i = 0; i < n; i++) want[i] = 0.0f;
+        for (int r = 0; r < nranks; r++) {
+            fill(g, r, 501, rep, n);
+            for (long i = 0; i < n; i++) want[i] += g[i];
+        }
+        expect_equal(out, want, n, "graph replay (the captured call passed through)");
+    }
+    CUDA_OK(cudaGraphExecDestroy(exec));
+    CUDA_OK(cudaGraphDestroy(graph));
+
+    fill(g, rank, 500, 1, n);
+    upload(x, g, bytes);
+    NCCL_OK(ncclAllReduce(x, x, (size_t)n, ncclFloat32, ncclSum, comm, s));
+    download(out, x, bytes, s);
+    ref_step(&R, 500, 1, 2, want);
+    expect_equal(out, want, n, "compressed call after the capture (state carried on)");
+    NCCL_OK(ncclCommDestroy(comm));
+}
+
+static size_t free_bytes(void) {
+    size_t f = 0, t = 0;
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemGetInfo(&f, &t));
+    return f;
+}
+
+/* One rank's first step, checked in O(n) (the buffer is too large to sort
+ * on the host): exactly k elements come back, each equal to the gradient,
+ * and none left out is larger in magnitude than one sent. */
+static void check_first_step_one_rank(const float *out, const float *g, long n, long k, const char *what) {
+    long sent = 0;
+    float smallest_sent = INFINITY, largest_kept = 0.0f;
+    for (long i = 0; i < n; i++) {
+        if (out[i] != 0.0f) {
+            if (out[i] != g[i]) fail("%s: element %ld is %.9g, its gradient %.9g", what, i, out[i], g[i]);
+            sent++;
+            if (fabsf(g[i]) < smallest_sent) smallest_sent = fabsf(g[i]);
+        } else if (fabsf(g[i]) > largest_kept) {
+            largest_kept = fabsf(g[i]);
+        }
+    }
+    if (sent != k) fail("%s: %ld elements sent, want k = %ld", what, sent, k);
+    if (largest_kept > smallest_sent)
+        fail("%s: |%.9g| was kept back while |%.9g| was sent: not the top k", what, largest_kept, smallest_sent);
+}
+
+/* ncclCommDestroy frees the communicator's GPU states (device memory comes
+ * back); a new communicator then starts afresh on the same buffer. */
+static void case_destroy(void) {
+    if (nranks != 1) fail("one rank only");
+    const long n = 32L << 20, k = k_for(n, 0.999);
+    const size_t bytes = (size_t)n * sizeof(float), state_min = 2 * bytes; /* v and its update, at least */
+    float *g = malloc(bytes), *out = malloc(bytes);
+    if (!g || !out) fail("no host memory");
+    float *x = dev_alloc(bytes);
+    fill(g, rank, 600, 0, n);
+    for (int round = 0; round < 2; round++) {
+        ncclComm_t comm = make_comm(1);
+        upload(x, g, bytes);
+        size_t before = free_bytes();
+        NCCL_OK(ncclAllReduce(x, x, (size_t)n, ncclFloat32, ncclSum, comm, (cudaStream_t)0));
+        download(out, x, bytes, (cudaStream_t)0);
+        size_t during = free_bytes();
+        check_first_step_one_rank(out, g, n, k, round ? "first call on a new communicator" : "first call");
+        if (before < during + state_min)
+            fail("round %d: device memory fell by %zd bytes, less than a state (%zu)", round,
+                 (ssize_t)(before - during), state_min);
+        NCCL_OK(ncclCommDestroy(comm));
+        size_t after = free_bytes();
+        if (after < during + state_min)
+            fail("round %d: ncclCommDestroy gave back %zd bytes, less than the state (%zu)", round,
+                 (ssize_t)(after - during), state_min);
+        printf("rank %d round %d: the state took %zu MiB, ncclCommDestroy gave back %zu MiB\n", rank, round,
+               (before - during) >> 20, (after - during) >> 20);
+    }
+    CUDA_OK(cudaFree(x));
+}
+
+/* Ranks disagree on the configuration (DGC_SPARSITY, or one rank's value is
+ * invalid): every float sum/average all-reduce fails with ncclInvalidUsage
+ * on every rank, nothing else is touched. */
+static void case_mismatch(void) {
+    ncclComm_t comm = make_comm(1);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    const long n = 50000;
+    float *x = dev_alloc((size_t)n * 4);
+    int32_t *ix = malloc((size_t)n * 4);
+    int32_t *ibuf = dev_alloc((size_t)n * 4);
+    if (!ix) fail("no host memory");
+    for (int i = 0; i < 2; i++) {
+        ncclResult_t r = ncclAllReduce(x, x, (size_t)(i ? 10 : n), ncclFloat32, ncclSum, comm, s);
+        if (r != ncclInvalidUsage)
+            fail("call %d returned %d, want ncclInvalidUsage (%d)", i, (int)r, (int)ncclInvalidUsage);
+    }
+    int_data(ix, rank, n);
+    upload(ibuf, ix, (size_t)n * 4);
+    NCCL_OK(ncclAllReduce(ibuf, ibuf, (size_t)n, ncclInt32, ncclSum, comm, s));
+    check_int_sum(ibuf, n, s);
+    NCCL_OK(ncclCommDestroy(comm));
+}
+
+/* DDP's pattern: every gradient once in one all-parameter bucket at step 0,
+ * then two buckets that reuse its memory, every step. The first bucket's
+ * state is retired when the second overlaps it (its memory is not kept for
+ * the rest of the run); results exact with DGC_SPARSITY=0. */
+static void case_buckets(void) {
+    ncclComm_t comm = make_comm(1);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    const long n = 300000, half = n / 2;
+    const size_t bytes = (size_t)n * sizeof(float);
+    float *g = malloc(bytes), *out = malloc(bytes), *want = malloc(bytes), *gr = malloc(bytes);
+    if (!g || !out || !want || !gr) fail("no host memory");
+    float *w = dev_alloc(bytes);
+    for (long step = 0; step < 4; step++) {
+        fill(g, rank, 900, step, n);
+        upload(w, g, bytes);
+        if (step == 0) {
+            NCCL_OK(ncclAllReduce(w, w, (size_t)n, ncclFloat32, ncclSum, comm, s));
+        } else {
+            NCCL_OK(ncclAllReduce(w, w, (size_t)half, ncclFloat32, ncclSum, comm, s));
+            NCCL_OK(ncclAllReduce(w + half, w + half, (size_t)(n - half), ncclFloat32, ncclSum, comm, s));
+        }
+        download(out, w, bytes, s);
+        for (long i = 0; i < n; i++) want[i] = 0.0f;
+        for (int r = 0; r < nranks; r++) {
+            fill(gr, r, 900, step, n);
+            for (long i = 0; i < n; i++) want[i] += gr[i];
+        }
+        char what[48];
+        snprintf(what, sizeof what, "bucket step %ld", step);
+        expect_equal(out, want, n, what);
+    }
+    NCCL_OK(ncclCommDestroy(comm));
+}
+
+/* Rank 1 may not make a state (DGC_MAX_STATE_MB=1, a per-rank option): it
+ * still takes part, with a flagged payload, and every rank's output is NaN;
+ * from the next call on (the host reads the device's report then, without
+ * waiting) every rank returns ncclSystemError, while still issuing the same
+ * collectives: an ordinary call afterwards works on both. */
+static void case_over_budget(void) {
+    ncclComm_t comm = make_comm(1);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    const long n = 1L << 20;
+    const size_t bytes = (size_t)n * sizeof(float);
+    float *g = malloc(bytes), *out = malloc(bytes);
+    int32_t *ix = malloc(4000 * 4);
+    if (!g || !out || !ix) fail("no host memory");
+    float *x = dev_alloc(bytes);
+    int32_t *ibuf = dev_alloc(4000 * 4);
+    for (int call = 0; call < 3; call++) {
+        fill(g, rank, 800, call, n);
+        upload(x, g, bytes);
+        ncclResult_t r = ncclAllReduce(x, x, (size_t)n, ncclFloat32, ncclSum, comm, s);
+        ncclResult_t want = call == 0 ? ncclSuccess : ncclSystemError;
+        if (r != want) fail("call %d returned %d, want %d", call, (int)r, (int)want);
+        download(out, x, bytes, s);
+        for (long i = 0; i < n; i++)
+            if (!isnan(out[i]))
+                fail("call %d: element %ld is %.9g, want NaN (a rank could not take part)", call, i, out[i]);
+        check_identical(out, bytes, "over budget");
+    }
+    int_data(ix, rank, 4000);
+    upload(ibuf, ix, 4000 * 4);
+    NCCL_OK(ncclAllReduce(ibuf, ibuf, 4000, ncclInt32, ncclSum, comm, s));
+    check_int_sum(ibuf, 4000, s);
+    NCCL_OK(ncclCommDestroy(comm));
+}
+
+/* A non-blocking communicator: calls may return ncclInProgress; the shim
+ * waits for NCCL to take its own exchanges before enqueuing the decode. */
+static void case_nonblocking(void) {
+    ncclComm_t comm = make_comm(0);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    const long n = 30000;
+    const size_t bytes = (size_t)n * sizeof(float);
+    float *g = malloc(bytes), *out = malloc(bytes), *want = malloc(bytes);
+    if (!g || !out || !want) fail("no host memory");
+    float *x = dev_alloc(bytes), *y = dev_alloc(bytes);
+    dgc_ref R = ref_new(n, 0.99), Q = ref_new(n, 0.99);
+    for (long step = 0; step < 3; step++) {
+        fill(g, rank, 700, step, n);
+        upload(x, g, bytes);
+        ncclResult_t r = ncclAllReduce(x, x, (size_t)n, ncclFloat32, ncclSum, comm, s);
+        if (r != ncclSuccess && r != ncclInProgress) fail("ncclAllReduce: %d", (int)r);
+        wait_comm(comm);
+        download(out, x, bytes, s);
+        ref_step(&R, 700, step, 3, want);
+        expect_equal(out, want, n, "non-blocking, outside a group");
+        fill(g, rank, 701, step, n);
+        upload(y, g, bytes);
+        NCCL_OK(ncclGroupStart());
+        r = ncclAllReduce(y, y, (size_t)n, ncclFloat32, ncclSum, comm, s);
+        if (r != ncclSuccess && r != ncclInProgress) fail("ncclAllReduce in a group: %d", (int)r);
+        r = ncclGroupEnd();
+        if (r != ncclSuccess && r != ncclInProgress) fail("ncclGroupEnd: %d", (int)r);
+        wait_comm(comm);
+        download(out, y, bytes, s);
+        ref_step(&Q, 701, step, 3, want);
+        expect_equal(out, want, n, "non-blocking, in a group");
+    }
+    ncclResult_t r = ncclCommFinalize(comm);
+    if (r != ncclSuccess && r != ncclInProgress) fail("ncclCommFinalize: %d", (int)r);
+    wait_comm(comm);
+    NCCL_OK(ncclCommDestroy(comm));
+}
+
+/* ---- the table ---- */
+
+typedef struct {
+    const char *name;
+    void (*run)(void);
+    const char *env[10];
+    const char *rank1_env; /* rank 1's own value of one variable, or NULL */
+} test_case;
+
+#define EXACT "DGC_SPARSITY=0", "DGC_SAMPLE_RATIO=1", "DGC_MIN_ELEMENTS=1024"
+#define SPARSE "DGC_SPARSITY=0.99", "DGC_SAMPLE_RATIO=1", "DGC_MIN_ELEMENTS=1024"
+
+static const test_case cases[] = {
+    {"one_rank_exact", case_exact, {EXACT, "DGC_MIN_RANKS=1", "DGC_STATS=1"}, NULL},
+    {"one_rank_sparse", case_sparse, {SPARSE, "DGC_MIN_RANKS=1", "DGC_STATS=1"}, NULL},
+    {"one_rank_sampled", case_sampled, {"DGC_SPARSITY=0.99", "DGC_MIN_ELEMENTS=1024", "DGC_MIN_RANKS=1"}, NULL},
+    {"two_ranks_exact", case_exact, {EXACT, "DGC_STATS=1"}, NULL},
+    {"two_ranks_sparse", case_sparse, {SPARSE, "DGC_STATS=1"}, NULL},
+    {"two_ranks_sampled", case_sampled, {"DGC_SPARSITY=0.99", "DGC_MIN_ELEMENTS=1024"}, NULL},
+    {"in_group", case_group, {SPARSE, "DGC_STATS=1"}, NULL},
+    {"group_simulate", case_simulate, {SPARSE, "DGC_STATS=1"}, NULL},
+    {"passthrough", case_passthrough, {"DGC_MIN_ELEMENTS=1024", "DGC_STATS=1"}, NULL},
+    {"fp16_bf16", case_half, {EXACT, "DGC_STATS=1"}, NULL},
+    {"graph_capture", case_graph, {SPARSE, "DGC_MIN_RANKS=1", "DGC_STATS=1", "DGC_LOG_LEVEL=info"}, NULL},
+    {"destroy", case_destroy,
+     {"DGC_SPARSITY=0.999", "DGC_SAMPLE_RATIO=1", "DGC_MIN_RANKS=1", "DGC_STATS=1", "DGC_LOG_LEVEL=debug"}, NULL},
+    {"mismatch", case_mismatch, {SPARSE}, "DGC_SPARSITY=0.9"},
+    {"bad_env", case_mismatch, {SPARSE}, "DGC_SPARSITY=1.5"},
+    {"nonblocking", case_nonblocking, {SPARSE, "DGC_STATS=1"}, NULL},
+    {"over_budget", case_over_budget, {SPARSE}, "DGC_MAX_STATE_MB=1"},
+    {"ddp_buckets", case_buckets, {EXACT, "DGC_STATS=1", "DGC_LOG_LEVEL=debug"}, NULL},
+};
+
+static void set_env(const char *assignment) {
+    char name[64];
+    const char *eq = strchr(assignment, '=');
+    if (!eq || (size_t)(eq - assignment) >= sizeof name) fail("bad assignment %s", assignment);
+    memcpy(name, assignment, (size_t)(eq - assignment));
+    name[eq - assignment] = '\0';
+    if (setenv(name, eq + 1, 1)) fail("setenv %s", assignment);
+}
+
+int main(int argc, char **argv) {
+    /* PMPI_Init: the shim's MPI_Init would read and check the environment
+     * itself; this program is an NCCL job to the shim. */
+    if (PMPI_Init(&argc, &argv) != MPI_SUCCESS) return 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    if (argc != 2) fail("usage: nccl_check CASE");
+    const test_case *tc = NULL;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (strcmp(argv[1], cases[i].name) == 0) tc = &cases[i];
+    if (!tc) fail("no case %s", argv[1]);
+    case_name = tc->name;
+    for (int i = 0; i < 10 && tc->env[i]; i++) set_env(tc->env[i]);
+    if (tc->rank1_env && rank == 1) set_env(tc->rank1_env);
+    CUDA_OK(cudaSetDevice(0));
+    tc->run();
+    MPI_Barrier(MPI_COMM_WORLD);
+    printf("PASS gpu.nccl.%s rank %d of %d\n", tc->name, rank, nranks);
+    fflush(stdout);
+    PMPI_Finalize();
+    return 0;
+}
