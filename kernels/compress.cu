@@ -371,6 +371,26 @@ void update_dispatch(const update_args &a, bool mom, bool nesterov, bool vec, in
         if (e_ != cudaSuccess) return fail(err, errlen, what, e_);                                                   \
     } while (0)
 
+/* cub's onesweep sort does not check the temp storage it is handed (it
+ * drops AliasTemporaries' verdict): storage short of its need would be
+ * written past, into the payload that follows it. The state sized it for
+ * its largest k; the need of this k and bit count is asked again whenever k
+ * changes (a few warm-up stages: host arithmetic, no launch, no wait). */
+int check_sort_temp(dgc_gpu_state *s, uint64_t k, int end_bit, char *err, size_t errlen) {
+    if (s->sort_k == k) return 0;
+    size_t need = 0;
+    const cudaError_t e = sort_temp_bytes(k, end_bit, &need);
+    if (e != cudaSuccess) return fail(err, errlen, "sizing the selection's sort", e);
+    if (need > s->sort_temp_bytes) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "dgc_gpu_compress: sorting %llu slots needs %zu bytes of scratch, the state has %zu",
+                 (unsigned long long)k, need, s->sort_temp_bytes);
+        return fail_msg(err, errlen, msg);
+    }
+    s->sort_k = k;
+    return 0;
+}
+
 } // namespace
 
 extern "C" int dgc_gpu_compress(dgc_gpu_state *s, const void *g, void *out, dgc_gpu_dtype dtype,
@@ -387,6 +407,8 @@ extern "C" int dgc_gpu_compress(dgc_gpu_state *s, const void *g, void *out, dgc_
                  (unsigned long long)sh->k, (int)sh->dtype);
         return fail_msg(err, errlen, msg);
     }
+    /* Before any launch: a call refused here leaves nothing half enqueued. */
+    if (check_sort_temp(s, k, sort_end_bit(n), err, errlen)) return -1;
     cudaStream_t st = (cudaStream_t)stream;
     scratch *sc = s->sc;
     const uint64_t ns = s->ns;
@@ -446,7 +468,7 @@ extern "C" int dgc_gpu_compress(dgc_gpu_state *s, const void *g, void *out, dgc_
     CHECK("launching the selection's ties");
 
     /* Padding keys are n, above every real index, so the real pairs come
-     * first, by increasing index. cub checks that its storage suffices. */
+     * first, by increasing index. */
     cub::DoubleBuffer<uint32_t> dk(s->keys[0], s->keys[1]);
     cub::DoubleBuffer<float> dv(s->vals[0], s->vals[1]);
     size_t temp = s->sort_temp_bytes;

@@ -104,6 +104,7 @@ __device__ void report_dropped(dgc_gpu_report *rep, int first_failed, unsigned l
         volatile dgc_gpu_report *r = rep;
         if (first_failed >= 0) {
             r->failed_rank = first_failed;
+            __threadfence_system(); /* the rank before the count, as report_bad orders its fields */
             r->failed = r->failed + 1;
         } else {
             r->nonfinite = r->nonfinite + 1;

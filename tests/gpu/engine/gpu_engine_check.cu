@@ -527,6 +527,18 @@ int run_step(sim &S, uint64_t step, int poison_rank = -1, uint64_t poison_index 
     return STEP_OK;
 }
 
+/* A step the rest of a case builds on. A tie there would end the case with
+ * nothing checked and no verdict, which the exit status would call a pass:
+ * it is the case's failure (its data must be chosen without ties). */
+bool must_match(sim &S, uint64_t step, int poison_rank = -1, uint64_t poison_index = 0) {
+    const int r = run_step(S, step, poison_rank, poison_index);
+    if (r == STEP_TIE)
+        fail("step %llu, which the rest of the case builds on, took other ties than the host: nothing after it "
+             "can be compared (%s)",
+             (unsigned long long)step, describe(S.c).c_str());
+    return r == STEP_OK;
+}
+
 /* Runs every step of a configuration; returns the steps compared. */
 int run_config(const config &c) {
     sim S(c);
@@ -724,8 +736,10 @@ void case_bad_payloads() {
     config c = base_config(20011, 0.01, 0.01, kVariants[1], 3, 300);
     c.warmup = 0;
     sim S(c);
-    if (!S.ok) return;
-    if (run_step(S, 0) != STEP_OK) return; /* a committed step first: prev kept, cur flipped */
+    if (!S.ok || !must_match(S, 0)) { /* a committed step first: prev kept, cur flipped */
+        printf("%s gpu.engine.bad_payloads: the first step failed\n", verdict());
+        return;
+    }
     const uint64_t step = 1, n = c.n, k = k_at(c, step);
     const dgc_step_params p = S.params(step, k);
     const size_t wb = dgc_wire_bytes(k);
@@ -806,16 +820,15 @@ void case_nonfinite() {
         c.dtype = t;
         c.gen = t == DGC_GPU_F32 ? 0 : 1;
         sim S(c);
-        if (!S.ok) return;
-        if (run_step(S, 0) != STEP_OK) return;
-        if (run_step(S, 1, 1, 17) != STEP_OK) return; /* compared to the host: NaN out, states as before */
+        /* Step 1 is compared to the host: NaN out, states as before. */
+        if (!S.ok || !must_match(S, 0) || !must_match(S, 1, 1, 17)) continue;
         for (int r = 0; r < 2; r++) {
             if (S.rep[r]->nonfinite != 1) fail("rank %d report nonfinite %llu, expected 1", r,
                                                (unsigned long long)S.rep[r]->nonfinite);
             if (dgc_gpu_state_nonfinite(S.gs[r]) != 1)
                 fail("rank %d state nonfinite %llu, expected 1", r, (unsigned long long)dgc_gpu_state_nonfinite(S.gs[r]));
         }
-        if (run_step(S, 2) == STEP_FAIL) return;
+        if (!must_match(S, 2)) continue; /* step 3 is compared to the host after it */
 
         /* Step 3: rank 1 takes part without state. */
         const uint64_t step = 3, n = c.n, k = k_at(c, step);
