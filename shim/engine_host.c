@@ -261,7 +261,9 @@ static uint32_t stream_update(dgc_state *s, const float *g, float *zero, float s
                           .thr = thr, .cand = s->cand, .cand_val = s->cand_val, .cand_cap = s->cand_cap};
     uint64_t c;
     uint32_t bad = dgc_stream_update(&job, &c);
-    *overflow = c > s->cand_cap;
+    /* Against the room k calls for, not the room held (which may be up to 4x
+     * more after warm-up): the CUDA engine takes the same path. */
+    *overflow = c > dgc_candidate_cap(s->n, p->k);
     *ncand = *overflow ? 0 : c;
     return bad != 0;
 }
