@@ -12,7 +12,8 @@
 #include <string.h>
 #include <strings.h>
 
-typedef enum { KIND_BOOL, KIND_UINT, KIND_REAL, KIND_LEVEL } option_kind;
+/* KIND_CHOICE: one of a list of names (choices_of), stored as its index. */
+typedef enum { KIND_BOOL, KIND_UINT, KIND_REAL, KIND_CHOICE } option_kind;
 
 typedef struct {
     const char *name;
@@ -45,7 +46,7 @@ static const option_desc options[DGC_OPT_COUNT] = {
                            1, OFF(min_ranks)},
     [DGC_OPT_SAMPLE_RATIO] = {"DGC_SAMPLE_RATIO", KIND_REAL, "0.01", 0, 1, 0, 1, "(0, 1]", 1,
                               OFF(sample_ratio)},
-    [DGC_OPT_LOG_LEVEL] = {"DGC_LOG_LEVEL", KIND_LEVEL, "warn", 0, 3, 0, 0, "error, warn, info or debug",
+    [DGC_OPT_LOG_LEVEL] = {"DGC_LOG_LEVEL", KIND_CHOICE, "warn", 0, 3, 0, 0, "error, warn, info or debug",
                            0, OFF(log_level)},
     [DGC_OPT_STATS] = {"DGC_STATS", KIND_BOOL, "0", 0, 1, 0, 0, "0 or 1", 0, OFF(stats)},
     [DGC_OPT_COMPENSATE] = {"DGC_COMPENSATE", KIND_BOOL, "1", 0, 1, 0, 0, "0 or 1", 1, OFF(compensate)},
@@ -55,9 +56,22 @@ static const option_desc options[DGC_OPT_COUNT] = {
      * ranks with different budgets still decide every call alike. */
     [DGC_OPT_MAX_STATE_MB] = {"DGC_MAX_STATE_MB", KIND_UINT, "0", 0, 1e9, 0, 0,
                               "integer in [0, 10^9], 0 = no limit", 0, OFF(max_state_mb)},
+    [DGC_OPT_TRANSPORT] = {"DGC_TRANSPORT", KIND_CHOICE, "auto", 0, 2, 0, 0, "auto, sparse or dense", 1,
+                           OFF(transport)},
 };
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
+static const char *const transport_names[] = {"auto", "sparse", "dense"}; /* dgc_transport order */
+
+/* The names a KIND_CHOICE option accepts, in the order of their values. */
+static const char *const *choices_of(const option_desc *o, size_t *count) {
+    if (o->offset == OFF(transport)) {
+        *count = sizeof transport_names / sizeof transport_names[0];
+        return transport_names;
+    }
+    *count = sizeof level_names / sizeof level_names[0];
+    return level_names;
+}
 
 static void *field(dgc_config *cfg, const option_desc *o) { return (char *)cfg + o->offset; }
 static const void *cfield(const dgc_config *cfg, const option_desc *o) {
@@ -102,9 +116,11 @@ static int parse_number(const option_desc *o, const char *text, double *out) {
     return *end == '\0';
 }
 
-static int parse_level(const char *text, double *out) {
-    for (size_t i = 0; i < sizeof level_names / sizeof level_names[0]; i++) {
-        if (strcasecmp(text, level_names[i]) == 0) {
+static int parse_choice(const option_desc *o, const char *text, double *out) {
+    size_t count;
+    const char *const *names = choices_of(o, &count);
+    for (size_t i = 0; i < count; i++) {
+        if (strcasecmp(text, names[i]) == 0) {
             *out = (double)i;
             return 1;
         }
@@ -115,7 +131,7 @@ static int parse_level(const char *text, double *out) {
 static void store(dgc_config *cfg, const option_desc *o, double x) {
     switch (o->kind) {
     case KIND_BOOL:
-    case KIND_LEVEL: *(int *)field(cfg, o) = (int)x; break;
+    case KIND_CHOICE: *(int *)field(cfg, o) = (int)x; break;
     case KIND_UINT: *(uint64_t *)field(cfg, o) = (uint64_t)x; break;
     case KIND_REAL: *(double *)field(cfg, o) = x == 0 ? 0.0 : x; break; /* -0 hashes as 0 */
     }
@@ -123,7 +139,7 @@ static void store(dgc_config *cfg, const option_desc *o, double x) {
 
 static int parse_one(dgc_config *cfg, const option_desc *o, const char *text) {
     double x = 0;
-    int ok = o->kind == KIND_LEVEL ? parse_level(text, &x) : parse_number(o, text, &x);
+    int ok = o->kind == KIND_CHOICE ? parse_choice(o, text, &x) : parse_number(o, text, &x);
     if (!ok || !in_range(o, x)) return 0;
     store(cfg, o, x);
     return 1;
@@ -186,7 +202,10 @@ static int describe_one(const dgc_config *cfg, const option_desc *o, char *buf, 
     const void *p = cfield(cfg, o);
     switch (o->kind) {
     case KIND_BOOL: return snprintf(buf, len, "%s=%d", o->name, *(const int *)p);
-    case KIND_LEVEL: return snprintf(buf, len, "%s=%s", o->name, level_names[*(const int *)p]);
+    case KIND_CHOICE: {
+        size_t count;
+        return snprintf(buf, len, "%s=%s", o->name, choices_of(o, &count)[*(const int *)p]);
+    }
     case KIND_UINT:
         return snprintf(buf, len, "%s=%llu", o->name, (unsigned long long)*(const uint64_t *)p);
     case KIND_REAL: return describe_real(o->name, *(const double *)p, buf, len);

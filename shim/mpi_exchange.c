@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "dgcshim/policy.h"
 #include "dgcshim/wire.h"
 #include "log.h"
 #include "mpi_internal.h"
@@ -33,17 +34,31 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+static int compensating(const dgc_step_params *p, const dgc_config *cfg);
+
 typedef struct {
     size_t bytes; /* one payload */
     int whole;    /* it fits the reserve: one all-gather carries everything */
+    int dense;    /* the pairs travel by the dense transport (after the headers) */
 } layout;
 
 /* This rank's part before any exchange: compress (state), or nothing. Turns
  * local into DGC_PART_FAILED when memory runs short. */
-static int prepare(dgc_buffer *b, int local, const float *g, float *work, const dgc_step_params *p) {
+/* The gathered buffer's size, in payloads of this call: nranks for the
+ * sparse transport; for the dense one none, except room for the dense sum
+ * when compensation starts keeping it (the first dense step after sparse
+ * ones): payloads are 8-byte multiples, so count*4 rounds up to whole ones. */
+static int gathered_payloads(const dgc_buffer *b, const dgc_step_params *p, const layout *l, const dgc_config *cfg) {
+    if (!l->dense) return p->nranks;
+    if (!compensating(p, cfg) || b->prev_dense) return 0;
+    return (int)(((size_t)b->count * sizeof(float) + l->bytes - 1) / l->bytes);
+}
+
+static int prepare(dgc_buffer *b, int local, const float *g, float *work, const dgc_step_params *p, const layout *l,
+                   const dgc_config *cfg) {
     if (local != DGC_PART_STATE) return local;
     size_t bytes = dgc_wire_bytes(p->k);
-    if (dgc_registry_reserve(b, bytes, p->nranks)) {
+    if (dgc_registry_reserve(b, bytes, gathered_payloads(b, p, l, cfg))) {
         DGC_ERROR("no memory for the %zu-byte exchange buffers of a %llu-element buffer", bytes * (p->nranks + 1),
                   (unsigned long long)b->count);
         return DGC_PART_FAILED;
@@ -77,55 +92,111 @@ static void fill_nan(float *out, uint64_t n) {
     for (uint64_t i = 0; i < n; i++) out[i] = __builtin_nanf("");
 }
 
-/* MPI_Allreduce counts in int: a buffer of up to 2^32 - 1 floats goes in
- * pieces. */
-static int dense_sum(float *work, uint64_t n, MPI_Comm comm) {
-    const uint64_t piece = (uint64_t)1 << 30;
-    for (uint64_t i = 0; i < n; i += piece) {
-        uint64_t len = n - i < piece ? n - i : piece;
-        int rc = PMPI_Allreduce(MPI_IN_PLACE, work + i, (int)len, MPI_FLOAT, MPI_SUM, comm);
-        if (rc != MPI_SUCCESS) return rc;
-    }
-    return MPI_SUCCESS;
-}
-
 /* Some rank is over its budget: its gradient and the others' selected pairs
  * are summed densely. The pairs sent are committed as usual (their mass
  * reaches the output); the compensation restarts, having no gathered pairs
  * to keep. */
-static int dense_path(dgc_buffer *b, int local, const float *g, float *work, uint64_t n, const dgc_step_params *p,
-                      MPI_Comm comm) {
+static int dense_path(dgc_comm *c, dgc_buffer *b, int local, const float *g, float *work, uint64_t n,
+                      const dgc_step_params *p, MPI_Comm comm) {
     if (local == DGC_PART_STATE) {
         dgc_wire_add_own(b->payload, p->k, work); /* work was zeroed by the compression */
         dgc_commit(b->state, p);
         b->prev_k = 0;
+        b->prev_dense = 0;
     } else if (work != g) {
         memcpy(work, g, (size_t)n * sizeof *work);
     }
     dgc_registry_count_over_budget();
-    return dense_sum(work, n, comm);
+    return dgc_mpi_dense_sum(work, n, c, comm);
 }
 
 /* Momentum compensation: an unmodified SGD with momentum m computes
  * buf = m*buf + d; returning d = S_t - m*S_{t-1} (S: the summed sparse update)
  * makes buf == S_t, so the framework applies exactly the DGC update. Only a
  * finite step becomes the next S_{t-1}: after a skipped one, the optimizer's
- * buffer still holds the last finite S. */
-static void compensate(dgc_buffer *b, float *out, const dgc_step_params *p, const dgc_config *cfg) {
-    if (!cfg->compensate || p->momentum == 0.0f) return;
-    if (b->prev_k && b->prev_nranks == p->nranks) dgc_wire_subtract(b->prev, p->nranks, b->prev_k, p->momentum, out);
-    else if (b->prev_k)
+ * buffer still holds the last finite S. S_{t-1} is kept as the previous
+ * step's gathered pairs, or, after a dense-transport step, as the dense sum
+ * itself (smaller then: the transport went dense because N payloads outweigh
+ * the dense vector). */
+static int compensating(const dgc_step_params *p, const dgc_config *cfg) {
+    return cfg->compensate && p->momentum != 0.0f;
+}
+
+/* out -= m * S_{t-1}, whichever way S_{t-1} was kept; every rank holds the
+ * same S_{t-1} bytes and subtracts in the same order. */
+static void subtract_previous(dgc_buffer *b, float *out, const dgc_step_params *p) {
+    if (b->prev_dense) {
+        const float *prev = b->prev, scale = -p->momentum;
+        for (uint64_t i = 0; i < b->count; i++) out[i] += scale * prev[i];
+    } else if (b->prev_k && b->prev_nranks == p->nranks) {
+        dgc_wire_subtract(b->prev, p->nranks, b->prev_k, p->momentum, out);
+    } else if (b->prev_k) {
         DGC_WARN("kept payloads of a %llu-element buffer came from %d ranks, this call has %d: compensation restarts",
                  (unsigned long long)b->count, b->prev_nranks, p->nranks);
+    }
+}
+
+static void compensate(dgc_buffer *b, float *out, const dgc_step_params *p, const dgc_config *cfg) {
+    if (!compensating(p, cfg)) return;
+    subtract_previous(b, out, p);
     dgc_registry_keep_gathered(b, p->k, p->nranks);
+    b->prev_dense = 0;
+}
+
+/* The same after a dense-transport step: out holds S_t, which becomes the
+ * kept S. When the previous one was dense too, one pass subtracts it and
+ * keeps the new one in its place; else S_t is copied into the gathered
+ * buffer (prepare sized it so: nothing can fail here, on one rank alone),
+ * the kept pairs subtracted, and the two swapped. */
+static void compensate_dense(dgc_buffer *b, float *out, const dgc_step_params *p, const dgc_config *cfg) {
+    if (!compensating(p, cfg)) return;
+    if (b->prev_dense) {
+        float *prev = b->prev;
+        const float scale = -p->momentum;
+        for (uint64_t i = 0; i < b->count; i++) {
+            float s = out[i];
+            out[i] = s + scale * prev[i];
+            prev[i] = s;
+        }
+        return;
+    }
+    memcpy(b->gathered, out, (size_t)b->count * sizeof *out);
+    subtract_previous(b, out, p);
+    dgc_registry_keep_gathered(b, 0, p->nranks);
+    b->prev_dense = 1;
 }
 
 static void count_call(dgc_buffer *b, const layout *l, double seconds) {
     b->stats.engine_seconds += seconds;
     b->stats.calls++;
     b->stats.dense_bytes += b->count * sizeof(float);
-    b->stats.wire_bytes += l->bytes;
-    b->stats.last_wire_bytes = l->bytes;
+    /* What this rank contributed: its payload, or by the dense transport its
+     * header and the dense vector. */
+    size_t sent = l->dense ? sizeof(dgc_wire_header) + b->count * sizeof(float) : l->bytes;
+    b->stats.wire_bytes += sent;
+    b->stats.last_wire_bytes = sent;
+    b->stats.dense_transport += l->dense != 0;
+}
+
+/* The dense transport: this rank's pairs scattered into its (zeroed)
+ * output, summed densely; then committed and compensated as a sparse step
+ * would be. The same pairs, residual and masking as the all-gather; only the
+ * order of the additions differs, and it is the same on every rank. */
+static int dense_transport_path(dgc_comm *c, dgc_buffer *b, float *work, const dgc_step_params *p, const layout *l,
+                                MPI_Comm comm, const dgc_config *cfg, double engine_seconds) {
+    double t0 = now();
+    dgc_wire_add_own(b->payload, p->k, work);
+    double t1 = now();
+    int rc = dgc_mpi_dense_sum(work, b->count, c, comm);
+    if (rc != MPI_SUCCESS) {
+        dgc_discard(b->state);
+        return rc;
+    }
+    double t2 = now();
+    dgc_commit(b->state, p);
+    compensate_dense(b, work, p, cfg);
+    count_call(b, l, engine_seconds + (t1 - t0) + (now() - t2));
+    return MPI_SUCCESS;
 }
 
 /* All ranks took part with state: the payloads if only the headers came yet,
@@ -185,10 +256,15 @@ static int skip_nonfinite(dgc_buffer *b, int local, float *work, const dgc_step_
 
 int dgc_mpi_exchange(dgc_comm *c, dgc_buffer *b, int local, const float *g, float *work, const dgc_step_params *p,
                      MPI_Comm comm, const dgc_config *cfg) {
-    layout l = {dgc_wire_bytes(p->k), 0};
-    l.whole = l.bytes <= c->head;
+    dgc_transport_bytes tb;
+    layout l = {dgc_wire_bytes(p->k), 0, 0};
+    l.dense = dgc_policy_transport(cfg, p->n, p->k, p->nranks, &tb) == DGC_TRANSPORT_DENSE;
+    l.whole = !l.dense && l.bytes <= c->head; /* the dense transport always sends the headers first */
+    DGC_DEBUG("step %llu, %llu elements, k %llu: %s transport (bytes a rank sends: sparse all-gather %llu, dense %llu)",
+              (unsigned long long)p->step, (unsigned long long)p->n, (unsigned long long)p->k,
+              l.dense ? "dense" : "sparse", (unsigned long long)tb.sparse, (unsigned long long)tb.dense);
     double t0 = now();
-    local = prepare(b, local, g, work, p);
+    local = prepare(b, local, g, work, p, &l, cfg);
     double engine_seconds = now() - t0;
     if (local != DGC_PART_STATE) b = NULL;
     const char *base;
@@ -214,9 +290,10 @@ int dgc_mpi_exchange(dgc_comm *c, dgc_buffer *b, int local, const float *g, floa
     }
     if (sum.nonfinite) return skip_nonfinite(b, local, work, p, &l, engine_seconds);
     if (sum.dense) {
-        rc = dense_path(b, local, g, work, p->n, p, comm);
+        rc = dense_path(c, b, local, g, work, p->n, p, comm);
         if (b) count_call(b, &l, engine_seconds);
         return rc;
     }
+    if (l.dense) return dense_transport_path(c, b, work, p, &l, comm, cfg, engine_seconds);
     return sparse_path(b, work, p, &l, comm, cfg, engine_seconds);
 }

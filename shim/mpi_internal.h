@@ -55,6 +55,10 @@ enum { DGC_PART_STATE, DGC_PART_DENSE, DGC_PART_FAILED };
 int dgc_mpi_exchange(dgc_comm *c, dgc_buffer *b, int local, const float *g, float *work, const dgc_step_params *p,
                      MPI_Comm comm, const dgc_config *cfg);
 
+/* Sums n floats of work over comm in place, the result the same bytes on
+ * every rank (mpi_dense.c); uses c->reserve as scratch. */
+int dgc_mpi_dense_sum(float *work, uint64_t n, const dgc_comm *c, MPI_Comm comm);
+
 /* The C entry point's logic, shared with the Fortran ones: the result of a
  * compressed call, or DGC_MPI_PASS when the call must go to the library. */
 #define DGC_MPI_PASS (-1)

@@ -65,6 +65,12 @@ void dgc_pages_free(void *p, size_t bytes) {
 }
 
 int dgc_pages_fit(void **p, size_t *cap, size_t want, size_t slack) {
+    if (want == 0) { /* nothing needed (a dense-transport call's gathered buffer): all given back */
+        dgc_pages_free(*p, *cap);
+        *p = NULL;
+        *cap = 0;
+        return 0;
+    }
     int shrink = *cap > slack * want && *cap - want > ((size_t)64 << 10);
     if (*cap >= want && !shrink) return 0;
     dgc_pages_free(*p, *cap);

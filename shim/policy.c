@@ -28,3 +28,22 @@ int dgc_policy_plan(const dgc_config *cfg, uint64_t count, uint64_t step, int nr
     };
     return 0;
 }
+
+void dgc_transport_bytes_for(uint64_t n, uint64_t k, int nranks, dgc_transport_bytes *out) {
+    if (nranks < 1) nranks = 1;
+    uint64_t others = (uint64_t)nranks - 1, header = sizeof(dgc_wire_header);
+    out->sparse = others * dgc_wire_bytes(k);
+    /* 2 (N-1) 4n / N, rounded up: at most 2^20 ranks and 2^32 elements, so
+     * the product fits 64 bits. */
+    out->dense = (2 * others * 4 * n + (uint64_t)nranks - 1) / (uint64_t)nranks + others * header;
+}
+
+dgc_transport dgc_policy_transport(const dgc_config *cfg, uint64_t n, uint64_t k, int nranks,
+                                   dgc_transport_bytes *bytes) {
+    dgc_transport_bytes b;
+    dgc_transport_bytes_for(n, k, nranks, &b);
+    if (bytes) *bytes = b;
+    if (cfg->transport != DGC_TRANSPORT_AUTO) return (dgc_transport)cfg->transport;
+    if (nranks <= 1) return DGC_TRANSPORT_SPARSE; /* nothing travels either way */
+    return b.sparse < b.dense ? DGC_TRANSPORT_SPARSE : DGC_TRANSPORT_DENSE;
+}

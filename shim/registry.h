@@ -66,6 +66,7 @@ typedef struct dgc_buffer {
     size_t prev_cap;
     uint64_t prev_k;  /* their k; 0 when there is no previous step */
     int prev_nranks;  /* how many payloads they hold */
+    int prev_dense;   /* prev holds instead the last step's dense sum S (count floats): it went by the dense transport */
     size_t bytes;     /* memory held, as last accounted */
     dgc_buffer_stats stats;
     /* The GPU path's state (dgc_registry_adopt) in place of state and the

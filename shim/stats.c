@@ -20,18 +20,23 @@ void dgc_stats_add(dgc_buffer_stats *a, const dgc_buffer_stats *b) {
     a->dense_bytes += b->dense_bytes;
     a->wire_bytes += b->wire_bytes;
     a->engine_seconds += b->engine_seconds;
+    a->dense_transport += b->dense_transport;
 }
 
 void dgc_stats_header(char *buf, size_t len) {
-    snprintf(buf, len, "%-18s %12s %8s %9s %14s %12s %9s %10s %11s", "buffer", "count", "calls", "nonfinite",
-             "dense_bytes", "wire_bytes", "ratio", "last_ratio", "engine_ms");
+    snprintf(buf, len, "%-18s %12s %8s %9s %14s %12s %9s %10s %11s %15s", "buffer", "count", "calls", "nonfinite",
+             "dense_bytes", "wire_bytes", "ratio", "last_ratio", "engine_ms", "transport");
 }
 
 void dgc_stats_row(const char *label, uint64_t count, const dgc_buffer_stats *s, char *buf, size_t len) {
     char last[16] = "-";
     if (count) snprintf(last, sizeof last, "%.1fx", dgc_stats_last_ratio(s));
-    snprintf(buf, len, "%-18s %12llu %8llu %9llu %14llu %12llu %8.1fx %10s %11.3f", label,
+    /* The transport column: calls by the sparse all-gather / by the dense one. */
+    char transport[40];
+    snprintf(transport, sizeof transport, "s%llu/d%llu", (unsigned long long)(s->calls - s->dense_transport),
+             (unsigned long long)s->dense_transport);
+    snprintf(buf, len, "%-18s %12llu %8llu %9llu %14llu %12llu %8.1fx %10s %11.3f %15s", label,
              (unsigned long long)count, (unsigned long long)s->calls, (unsigned long long)s->nonfinite,
              (unsigned long long)s->dense_bytes, (unsigned long long)s->wire_bytes, dgc_stats_ratio(s), last,
-             s->engine_seconds * 1e3);
+             s->engine_seconds * 1e3, transport);
 }

@@ -35,7 +35,15 @@ typedef struct dgc_config {
     int compensate;          /* DGC_COMPENSATE */
     uint64_t state_idle_calls; /* DGC_STATE_IDLE_CALLS, 0 = never */
     uint64_t max_state_mb;   /* DGC_MAX_STATE_MB, 0 = no limit */
+    int transport;           /* DGC_TRANSPORT, a dgc_transport */
 } dgc_config;
+
+/* How a compressed call's selected pairs travel (DGC_TRANSPORT). */
+typedef enum {
+    DGC_TRANSPORT_AUTO = 0,   /* per call, whichever moves fewer bytes */
+    DGC_TRANSPORT_SPARSE = 1, /* all-gather of the fixed-size payloads */
+    DGC_TRANSPORT_DENSE = 2   /* pairs scattered into a dense vector, summed densely */
+} dgc_transport;
 
 /* Options in table order; DGC_OPT_COUNT is the number of variables. */
 typedef enum {
@@ -54,6 +62,7 @@ typedef enum {
     DGC_OPT_COMPENSATE,
     DGC_OPT_STATE_IDLE_CALLS,
     DGC_OPT_MAX_STATE_MB,
+    DGC_OPT_TRANSPORT,
     DGC_OPT_COUNT
 } dgc_option;
 

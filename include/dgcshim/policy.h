@@ -24,6 +24,25 @@ int dgc_policy_compressible(const dgc_config *cfg, uint64_t count, int nranks);
 int dgc_policy_plan(const dgc_config *cfg, uint64_t count, uint64_t step, int nranks,
                     dgc_step_params *out);
 
+/* Bytes one rank sends in one call, for each way its pairs can travel:
+ *   sparse: the all-gather of the fixed-size payloads, (N-1) payloads (ring);
+ *   dense:  the pairs scattered into a dense float vector and summed by a
+ *           reduce-scatter then an all-gather (a ring all-reduce's
+ *           2 (N-1)/N 4n bytes), after an all-gather of the 32-byte headers. */
+typedef struct {
+    uint64_t sparse, dense;
+} dgc_transport_bytes;
+
+void dgc_transport_bytes_for(uint64_t n, uint64_t k, int nranks, dgc_transport_bytes *out);
+
+/* The transport of a call (DGC_TRANSPORT_SPARSE or _DENSE): what
+ * cfg->transport forces, else (auto) the sparse all-gather only when it
+ * sends fewer bytes than the dense transport (a tie goes dense, which needs
+ * no gathered buffer). A function of (n, k, nranks, configuration) alone, so
+ * every rank decides alike. bytes, when not NULL, gets both alternatives. */
+dgc_transport dgc_policy_transport(const dgc_config *cfg, uint64_t n, uint64_t k, int nranks,
+                                   dgc_transport_bytes *bytes);
+
 #ifdef __cplusplus
 }
 #endif

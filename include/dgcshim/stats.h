@@ -16,6 +16,7 @@ typedef struct {
     uint64_t wire_bytes;     /* what this rank sent: one payload per call */
     uint64_t last_wire_bytes; /* the payload of the latest call: after warm-up, the steady state */
     double engine_seconds;   /* compress + decode + commit, excluding the exchange */
+    uint64_t dense_transport; /* of the calls, those whose pairs went by the dense transport */
 } dgc_buffer_stats;
 
 /* dense_bytes / wire_bytes, 0 when nothing was sent. */

@@ -28,6 +28,21 @@ mpi_case(nan_on_one_rank ${EXACT} -e DGC_MOMENTUM=0.9
 mpi_case(inf_on_one_rank ${EXACT} -e DGC_MOMENTUM=0.9 -e DGC_COMPENSATE=0
          -- reference --sparsity 0.99 --momentum 0.9 --nonfinite-step 0 --inf 1 --steps 10)
 
+# The transport (DGC_TRANSPORT): forced either way, the same DGC results
+# against the reference (warm-up, momentum, compensation across a change of
+# transport, a non-finite step, a count that is no multiple of the ranks);
+# auto goes dense for the warm-up's 25% stage on 4 ranks (a tie) and sparse
+# after, as the STATS transport column (sparse/dense calls) shows.
+set(TRANSPORT_REF -e DGC_MOMENTUM=0.9 -e DGC_WARMUP_STEPS=6 -e DGC_STATS=1
+    -- reference --sparsity 0.99 --momentum 0.9 --warmup 6 --compensate 1)
+mpi_case(transport_dense ${EXACT} -e DGC_TRANSPORT=dense --grep "STATS total .* s0/d[1-9][0-9]*$" ${TRANSPORT_REF})
+mpi_case(transport_sparse ${EXACT} -e DGC_TRANSPORT=sparse --grep "STATS total .* s[1-9][0-9]*/d0$" ${TRANSPORT_REF})
+mpi_case(transport_auto ${EXACT} --grep "STATS total .* s[1-9][0-9]*/d[1-9][0-9]*$" ${TRANSPORT_REF})
+mpi_case(transport_dense_three_ranks ${EXACT} -n 3 -e DGC_TRANSPORT=dense -e DGC_MOMENTUM=0.9
+         -- reference --sparsity 0.99 --n 100003 --momentum 0.9 --compensate 1)
+mpi_case(transport_dense_nonfinite ${EXACT} -e DGC_TRANSPORT=dense -e DGC_MOMENTUM=0.9
+         -- reference --sparsity 0.99 --momentum 0.9 --nonfinite-step 4 --steps 12 --compensate 1)
+
 # An unmodified SGD with momentum 0.9 over the compensated output ends with
 # the same weights as plain SGD over S_t (DGC_COMPENSATE=0).
 add_test(NAME mpi.compensation_matches_plain_sgd

@@ -57,6 +57,7 @@ static void spec_defaults(dgc_config *c) {
     c->compensate = 1;
     c->state_idle_calls = 1000;
     c->max_state_mb = 0;
+    c->transport = DGC_TRANSPORT_AUTO;
 }
 
 static void assert_config_eq(const dgc_config *got, const dgc_config *want, const char *ctx) {
@@ -83,13 +84,14 @@ static void assert_config_eq(const dgc_config *got, const dgc_config *want, cons
     cr_assert_eq(got->compensate, want->compensate, "%s: compensate", ctx);
     cr_assert_eq(got->state_idle_calls, want->state_idle_calls, "%s: state_idle_calls", ctx);
     cr_assert_eq(got->max_state_mb, want->max_state_mb, "%s: max_state_mb", ctx);
+    cr_assert_eq(got->transport, want->transport, "%s: transport", ctx);
 }
 
 static const char *const all_names[] = {
     "DGC_ENABLE",    "DGC_SPARSITY",         "DGC_WARMUP_STEPS", "DGC_MOMENTUM",
     "DGC_NESTEROV",  "DGC_MOMENTUM_MASKING", "DGC_CLIP_NORM",    "DGC_MIN_ELEMENTS",
     "DGC_MIN_RANKS", "DGC_SAMPLE_RATIO",     "DGC_LOG_LEVEL",    "DGC_STATS",
-    "DGC_COMPENSATE", "DGC_STATE_IDLE_CALLS", "DGC_MAX_STATE_MB",
+    "DGC_COMPENSATE", "DGC_STATE_IDLE_CALLS", "DGC_MAX_STATE_MB", "DGC_TRANSPORT",
 };
 #define NNAMES (sizeof all_names / sizeof all_names[0])
 
@@ -98,7 +100,7 @@ static const char *const all_names[] = {
 Test(config_table, names_in_enum_order_and_defaults_as_specified) {
     cr_assert_eq(DGC_OPT_COUNT, (int)NNAMES, "the design lists %zu variables", NNAMES);
     static const char *const defaults[] = {"1", "0.999", "0", "0", "0", "1", "0", "16384", "2", "0.01", "warn", "0", "1",
-                                           "1000", "0"};
+                                           "1000", "0", "auto"};
     for (int i = 0; i < DGC_OPT_COUNT; i++) {
         cr_assert_str_eq(dgc_option_name((dgc_option)i), all_names[i]);
         cr_assert_str_eq(dgc_option_default((dgc_option)i), defaults[i], "%s default", all_names[i]);
@@ -111,7 +113,7 @@ Test(config_table, wire_changing_options_are_collective) {
     /* These decide k, the step schedule or pass-through: ranks must agree. */
     static const dgc_option must[] = {DGC_OPT_ENABLE,       DGC_OPT_SPARSITY,  DGC_OPT_WARMUP_STEPS,
                                       DGC_OPT_MIN_ELEMENTS, DGC_OPT_MIN_RANKS, DGC_OPT_MOMENTUM,
-                                      DGC_OPT_COMPENSATE};
+                                      DGC_OPT_COMPENSATE,   DGC_OPT_TRANSPORT};
     for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
         cr_assert(dgc_option_is_collective(must[i]), "%s must be collective", dgc_option_name(must[i]));
     cr_assert(!dgc_option_is_collective(DGC_OPT_LOG_LEVEL), "log level may differ between ranks");
@@ -156,6 +158,7 @@ Test(config_parse, one_good_value_for_each_variable) {
         {"DGC_CLIP_NORM", "2.5"},    {"DGC_MIN_ELEMENTS", "1024"}, {"DGC_MIN_RANKS", "4"},
         {"DGC_SAMPLE_RATIO", "0.5"}, {"DGC_LOG_LEVEL", "debug"},   {"DGC_STATS", "1"},
         {"DGC_COMPENSATE", "0"},     {"DGC_STATE_IDLE_CALLS", "50"}, {"DGC_MAX_STATE_MB", "2048"},
+        {"DGC_TRANSPORT", "dense"},
     };
     dgc_config want;
     spec_defaults(&want);
@@ -181,6 +184,7 @@ Test(config_parse, one_good_value_for_each_variable) {
         case 12: w.compensate = 0; break;
         case 13: w.state_idle_calls = 50; break;
         case 14: w.max_state_mb = 2048; break;
+        case 15: w.transport = DGC_TRANSPORT_DENSE; break;
         }
         assert_config_eq(&cfg, &w, env[i].name);
     }
@@ -191,7 +195,23 @@ Test(config_parse, one_good_value_for_each_variable) {
     cr_assert(cfg.enable == 0 && cfg.sparsity == 0.99 && cfg.warmup_steps == 1000 && cfg.momentum == 0.9 &&
               cfg.nesterov == 1 && cfg.momentum_masking == 0 && cfg.clip_norm == 2.5 && cfg.min_elements == 1024 &&
               cfg.min_ranks == 4 && cfg.sample_ratio == 0.5 && cfg.log_level == DGC_LOG_DEBUG && cfg.stats == 1 &&
-              cfg.compensate == 0 && cfg.state_idle_calls == 50 && cfg.max_state_mb == 2048);
+              cfg.compensate == 0 && cfg.state_idle_calls == 50 && cfg.max_state_mb == 2048 &&
+              cfg.transport == DGC_TRANSPORT_DENSE);
+}
+
+Test(config_parse, transport_names) {
+    static const struct {
+        const char *text;
+        int transport;
+    } cases[] = {{"auto", DGC_TRANSPORT_AUTO}, {"sparse", DGC_TRANSPORT_SPARSE}, {"dense", DGC_TRANSPORT_DENSE},
+                 {"Dense", DGC_TRANSPORT_DENSE}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dgc_config cfg;
+        char err[256];
+        cr_assert_eq(parse_one(&cfg, "DGC_TRANSPORT", cases[i].text, err, sizeof err), 0, "%s: %s", cases[i].text,
+                     err);
+        cr_assert_eq(cfg.transport, cases[i].transport, "DGC_TRANSPORT=%s", cases[i].text);
+    }
 }
 
 Test(config_parse, log_level_names) {
@@ -372,6 +392,9 @@ Test(config_parse, out_of_range_rejected) {
         {"DGC_LOG_LEVEL", "verbose", NULL},
         {"DGC_LOG_LEVEL", "warning", NULL},
         {"DGC_LOG_LEVEL", "5", NULL},
+        {"DGC_TRANSPORT", "1", NULL},
+        {"DGC_TRANSPORT", "allgather", NULL},
+        {"DGC_TRANSPORT", "", NULL},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) expect_rejected(bad[i].name, bad[i].value, bad[i].range);
 }

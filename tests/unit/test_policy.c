@@ -1,0 +1,71 @@
+/* The transport policy (DGC_TRANSPORT) against the byte formulas, written
+ * out here from DESIGN.md's "Bytes: never worse than dense": an all-gather
+ * of the payloads sends (N-1) payloads of 32 + 8k bytes per rank; the dense
+ * transport sends a ring all-reduce's 2 (N-1)/N 4n bytes plus the 32-byte
+ * headers to the N-1 others. */
+#include <criterion/criterion.h>
+#include <math.h>
+
+#include "dgcshim/config.h"
+#include "dgcshim/engine.h"
+#include "dgcshim/policy.h"
+
+static double sparse_bytes(double k, double N) { return (N - 1) * (32 + 8 * k); }
+static double dense_bytes(double n, double N) { return ceil(2 * (N - 1) * 4 * n / N) + 32 * (N - 1); }
+
+static dgc_config with_transport(int t) {
+    dgc_config c;
+    dgc_config_defaults(&c);
+    c.transport = t;
+    return c;
+}
+
+/* Every N from 2 to 4096, each warm-up stage and the target: auto sends the
+ * fewer bytes, and never more than dense. */
+Test(policy_transport, auto_picks_the_fewer_bytes_for_2_to_4096_ranks) {
+    static const double densities[] = {0.25, 0.0625, 0.015625, 0.00390625, 0.001};
+    static const uint64_t sizes[] = {16384, 1000000, 25000000, 4294967295ull};
+    dgc_config cfg = with_transport(DGC_TRANSPORT_AUTO);
+    for (size_t a = 0; a < sizeof sizes / sizeof *sizes; a++) {
+        for (size_t d = 0; d < sizeof densities / sizeof *densities; d++) {
+            uint64_t n = sizes[a], k = dgc_k_for(n, densities[d]);
+            for (int N = 2; N <= 4096; N++) {
+                dgc_transport_bytes b;
+                dgc_transport t = dgc_policy_transport(&cfg, n, k, N, &b);
+                double s = sparse_bytes((double)k, N), e = dense_bytes((double)n, N);
+                cr_assert(fabs((double)b.sparse - s) < 0.5 && fabs((double)b.dense - e) < 0.5,
+                          "n %llu k %llu N %d: bytes %llu/%llu, formulas %.0f/%.0f", (unsigned long long)n,
+                          (unsigned long long)k, N, (unsigned long long)b.sparse, (unsigned long long)b.dense, s, e);
+                dgc_transport want = s < e ? DGC_TRANSPORT_SPARSE : DGC_TRANSPORT_DENSE;
+                cr_assert_eq(t, want, "n %llu density %g N %d: transport %d, want %d", (unsigned long long)n,
+                             densities[d], N, t, want);
+                double sent = t == DGC_TRANSPORT_SPARSE ? s : e;
+                cr_assert(sent <= e, "more than dense");
+            }
+        }
+    }
+}
+
+/* The cases the issue names: at 25% the two tie at 4 ranks (dense: it needs
+ * no gathered buffer) and dense wins beyond; at 99.9% sparse wins up to
+ * about 1000 ranks. */
+Test(policy_transport, the_crossovers) {
+    dgc_config cfg = with_transport(DGC_TRANSPORT_AUTO);
+    uint64_t n = 1000000;
+    uint64_t k25 = dgc_k_for(n, 0.25), k999 = dgc_k_for(n, 0.001);
+    cr_assert_eq(dgc_policy_transport(&cfg, n, k25, 2, NULL), DGC_TRANSPORT_SPARSE);
+    cr_assert_eq(dgc_policy_transport(&cfg, n, k25, 3, NULL), DGC_TRANSPORT_SPARSE);
+    cr_assert_eq(dgc_policy_transport(&cfg, n, k25, 4, NULL), DGC_TRANSPORT_DENSE);
+    cr_assert_eq(dgc_policy_transport(&cfg, n, k25, 8, NULL), DGC_TRANSPORT_DENSE);
+    cr_assert_eq(dgc_policy_transport(&cfg, n, k999, 999, NULL), DGC_TRANSPORT_SPARSE);
+    cr_assert_eq(dgc_policy_transport(&cfg, n, k999, 1000, NULL), DGC_TRANSPORT_DENSE);
+    cr_assert_eq(dgc_policy_transport(&cfg, n, k999, 1, NULL), DGC_TRANSPORT_SPARSE, "one rank sends nothing");
+}
+
+Test(policy_transport, forced_either_way) {
+    dgc_config s = with_transport(DGC_TRANSPORT_SPARSE), d = with_transport(DGC_TRANSPORT_DENSE);
+    for (int N = 1; N <= 64; N++) {
+        cr_assert_eq(dgc_policy_transport(&s, 1000000, 250000, N, NULL), DGC_TRANSPORT_SPARSE);
+        cr_assert_eq(dgc_policy_transport(&d, 1000000, 1000, N, NULL), DGC_TRANSPORT_DENSE);
+    }
+}
