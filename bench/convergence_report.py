@@ -34,7 +34,8 @@ def parse(path):
                 final = fields(line)
             elif re.search(r"dgcshim STATS 0x", line):
                 cols = line.split()
-                stats = {"wire": int(cols[-4]), "ratio": cols[-3], "last_ratio": cols[-2]}
+                at = next(i for i, c in enumerate(cols) if c.startswith("0x"))  # buffer count calls nonfinite dense wire ...
+                stats = {"wire": int(cols[at + 5]), "ratio": cols[at + 6], "last_ratio": cols[at + 7]}
     if final is None:
         raise SystemExit(f"{path}: no 'final' line: the run failed, see the log")
     return epochs, final, stats

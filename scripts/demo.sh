@@ -28,7 +28,7 @@ dense=$(grep '^final ' "$out/dense.log"); dgc=$(grep '^final ' "$out/dgc.log")
 stats=$(grep -E 'dgcshim STATS 0x' "$out/dgc.log" | head -n 1)
 params=$(field params "$dense"); steps=$(field steps "$dense")
 dense_bytes=$((4 * params * steps))
-read -r dgc_bytes ratio last_ratio < <(awk '{print $(NF-3), $(NF-2), $(NF-1)}' <<<"$stats")
+read -r dgc_bytes ratio last_ratio < <(awk '{for (i = 1; i <= NF; i++) if ($i ~ /^0x/) {print $(i + 5), $(i + 6), $(i + 7); exit}}' <<<"$stats")
 echo
 echo "== side by side: $np ranks, $epochs epochs, $params parameters, $steps steps =="
 printf '%-10s %9s %18s %12s %12s %10s\n' run test_acc "bytes sent/rank" ratio after_warmup wall_s

@@ -40,6 +40,7 @@ typedef struct {
     size_t bytes; /* one payload */
     int whole;    /* it fits the reserve: one all-gather carries everything */
     int dense;    /* the pairs travel by the dense transport (after the headers) */
+    size_t share; /* what the dense transport sends to each other rank, on average */
 } layout;
 
 /* This rank's part before any exchange: compress (state), or nothing. Turns
@@ -170,9 +171,9 @@ static void count_call(dgc_buffer *b, const layout *l, double seconds) {
     b->stats.engine_seconds += seconds;
     b->stats.calls++;
     b->stats.dense_bytes += b->count * sizeof(float);
-    /* What this rank contributed: its payload, or by the dense transport its
-     * header and the dense vector. */
-    size_t sent = l->dense ? sizeof(dgc_wire_header) + b->count * sizeof(float) : l->bytes;
+    /* What this rank sent to each other rank: its payload, or by the dense
+     * transport its total over N-1 (so both transports' bytes compare). */
+    size_t sent = l->dense ? l->share : l->bytes;
     b->stats.wire_bytes += sent;
     b->stats.last_wire_bytes = sent;
     b->stats.dense_transport += l->dense != 0;
@@ -257,8 +258,9 @@ static int skip_nonfinite(dgc_buffer *b, int local, float *work, const dgc_step_
 int dgc_mpi_exchange(dgc_comm *c, dgc_buffer *b, int local, const float *g, float *work, const dgc_step_params *p,
                      MPI_Comm comm, const dgc_config *cfg) {
     dgc_transport_bytes tb;
-    layout l = {dgc_wire_bytes(p->k), 0, 0};
+    layout l = {dgc_wire_bytes(p->k), 0, 0, 0};
     l.dense = dgc_policy_transport(cfg, p->n, p->k, p->nranks, &tb) == DGC_TRANSPORT_DENSE;
+    l.share = p->nranks > 1 ? (size_t)((tb.dense + (uint64_t)p->nranks - 2) / ((uint64_t)p->nranks - 1)) : 0;
     l.whole = !l.dense && l.bytes <= c->head; /* the dense transport always sends the headers first */
     DGC_DEBUG("step %llu, %llu elements, k %llu: %s transport (bytes a rank sends: sparse all-gather %llu, dense %llu)",
               (unsigned long long)p->step, (unsigned long long)p->n, (unsigned long long)p->k,
