@@ -12,21 +12,27 @@
 # point NCCL_PRELOAD at such a libnccl.so.2 (default .gpu/nccl/libnccl.so.2,
 # which scripts/gpu-carry.sh copies from ../shared/nccl).
 #
-#   scripts/test-gpu.sh [--out DIR] [--bench] [--no-ddp]
-#     --out DIR  logs (default build-gpu/logs)
-#     --bench    also run bench/gpu/run.sh (engine, torch.topk, official DGC, DDP step)
+#   scripts/test-gpu.sh [--out DIR] [--bench] [--no-ddp] [--only REGEX]
+#     --out DIR     logs (default build-gpu/logs)
+#     --bench       also run bench/gpu/run.sh (engine, torch.topk, official DGC, DDP step)
+#     --only REGEX  only the checks whose names match (extended regex: gpu.engine.*,
+#                   gpu.nccl.*, sanitizer.memcheck, sanitizer.racecheck, ddp.two_ranks);
+#                   the build always runs (incremental): lets a session split the run
+#                   over several device calls of limited length
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-out=build-gpu/logs bench=0 ddp=1
+out=build-gpu/logs bench=0 ddp=1 only=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift 2 ;;
     --bench) bench=1; shift ;;
     --no-ddp) ddp=0; shift ;;
+    --only) only=$2; shift 2 ;;
     *) echo "test-gpu.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+wanted() { [ -z "$only" ] || grep -Eq -- "$only" <<<"$1"; }
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export NCCL_PRELOAD=${NCCL_PRELOAD:-$root/.gpu/nccl/libnccl.so.2}
@@ -50,8 +56,36 @@ check() { # name, command...: runs it, logs to $out/name.log, counts it
 nvidia-smi -L >"$out/nvidia-smi.log" 2>&1 || { echo "test-gpu.sh: no GPU (nvidia-smi failed)"; exit 1; }
 cat "$out/nvidia-smi.log"
 
+# nccl.h: the toolkit's when it has one (CMake looks there itself), else
+# NCCL_HOME's, else the copy beside the carried libnccl.so.2 or in ../shared,
+# else the one pip's nvidia-nccl wheel (PyTorch's NCCL) installs.
+nccl_include() {
+  local d
+  for d in /usr/local/cuda/include ${NCCL_HOME:+"$NCCL_HOME/include"}; do
+    [ -f "$d/nccl.h" ] && return 0
+  done
+  for d in "$root/.gpu/nccl" "$root/.gpu/nccl/include" "$root/../shared/nccl"; do
+    [ -f "$d/nccl.h" ] && { echo "-DDGC_NCCL_INCLUDE_DIR=$d"; return 0; }
+  done
+  d=$(python3 - 2>/dev/null <<'PY'
+import importlib.util, os
+try:
+    spec = importlib.util.find_spec("nvidia.nccl")
+except ImportError:
+    spec = None
+for base in (spec.submodule_search_locations or []) if spec else []:
+    if os.path.isfile(os.path.join(base, "include", "nccl.h")):
+        print(os.path.join(base, "include"))
+        break
+PY
+)
+  [ -n "$d" ] && echo "-DDGC_NCCL_INCLUDE_DIR=$d"
+  return 0
+}
 build() {
-  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DDGC_CUDA=ON -DDGC_REQUIRE_CRITERION=OFF &&
+  local inc; inc=$(nccl_include)
+  echo "nccl.h: ${inc:-found by CMake}"
+  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DDGC_CUDA=ON -DDGC_REQUIRE_CRITERION=OFF ${inc:+"$inc"} &&
     cmake --build build-gpu -j "$(nproc)"
 }
 check build build || { echo "0 passed, 1 failed (build)"; exit 1; }
@@ -60,6 +94,7 @@ export DGC_SHIM=$root/build-gpu/libdgcshim.so
 # Every GPU-labelled ctest case, one check each, so the count says which.
 # A case that reports itself skipped (exit 77) counts as skipped, not passed.
 for t in $(cd build-gpu && ctest -N -L gpu | sed -n 's/^ *Test *#[0-9]*: *//p'); do
+  wanted "$t" || continue
   if check "$t" bash -c "cd build-gpu && ctest --output-on-failure -R '^${t//./\\.}\$'" &&
      grep -q '\*\*\*Skipped' "$out/$t.log"; then
     passed=$((passed - 1)); skipped=$((skipped + 1)); echo "  (that was SKIPPED: $(grep -m1 SKIPPED "$out/$t.log"))"
@@ -71,6 +106,7 @@ engine=build-gpu/tests/gpu/engine/gpu_engine_check
 # which the gVisor runtime lacks ("Device not supported"): reported skipped,
 # by name, not passed.
 sanitize() { # tool
+  wanted "sanitizer.$1" || return 0
   if ! command -v compute-sanitizer >/dev/null; then
     skipped=$((skipped + 1)); echo "SKIPPED sanitizer.$1: compute-sanitizer not on PATH"; return
   fi
@@ -86,10 +122,17 @@ sanitize() { # tool
 sanitize memcheck
 sanitize racecheck
 
-if [ "$ddp" = 1 ]; then
-  data=${FASHION_MNIST:-$root/.gpu/data}
-  [ -d "$data" ] || data=/usr/share/datasets/fashion-mnist
-  check ddp.two_ranks scripts/ddp_side_by_side.sh --out "$out/ddp" --data "$data"
+# Fashion-MNIST from FASHION_MNIST, .gpu/data (scripts/gpu-carry.sh) or
+# Debian's package; without any, the trainer's synthetic data of the same
+# shape, so that the shim's DDP run is still tested. Each run is bounded
+# well under the device tool's per-call limit (a hang costs device time).
+if [ "$ddp" = 1 ] && wanted ddp.two_ranks; then
+  data_args=(--synthetic)
+  for d in ${FASHION_MNIST:+"$FASHION_MNIST"} "$root/.gpu/data" /usr/share/datasets/fashion-mnist; do
+    [ -f "$d/train-images-idx3-ubyte.gz" ] && { data_args=(--data "$d"); break; }
+  done
+  echo "DDP data: ${data_args[*]}"
+  RUN_TIMEOUT=${RUN_TIMEOUT:-180} check ddp.two_ranks scripts/ddp_side_by_side.sh --out "$out/ddp" "${data_args[@]}"
 fi
 
 if [ "$bench" = 1 ]; then

@@ -10,9 +10,10 @@
  *
  * Failures keep every rank issuing the same collectives (invariant 1):
  *   - a rank without state (no device memory, over DGC_MAX_STATE_MB) sends a
- *     header flagged DGC_WIRE_FAILED from stream-ordered memory of the
- *     call's own; the device then makes the step a no-op with NaN output on
- *     every rank and counts it in the communicator's report;
+ *     header flagged DGC_WIRE_FAILED from exchange memory of the call's own
+ *     (stream-ordered where the device has memory pools); the device then
+ *     makes the step a no-op with NaN output on every rank and counts it in
+ *     the communicator's report;
  *   - errors the device finds (a failed rank, a bad payload) reach the host
  *     through that report, read without waiting at the start of every
  *     compressed call: the call is enqueued as usual, then returns
@@ -83,21 +84,47 @@ static ncclResult_t news(dgc_comm *c) {
 }
 
 /* The call's own resources: its state unpinned, its exchange memory freed
- * in stream order (after the kernels that use it). */
+ * after the kernels that use it: in stream order, or, when it came from
+ * cudaMalloc, once the host has waited for the stream (cudaFree is not
+ * stream-ordered). */
 static void release(dgc_nccl_call *k) {
     if (k->b) k->b->pinned = 0;
-    if (k->xbuf) cudaFreeAsync(k->xbuf, k->stream);
+    if (k->xbuf && !k->xbuf_sync) cudaFreeAsync(k->xbuf, k->stream);
+    if (k->xbuf && k->xbuf_sync) {
+        (void)cudaStreamSynchronize(k->stream);
+        cudaFree(k->xbuf);
+    }
     k->xbuf = NULL;
+    k->xbuf_sync = 0;
 }
 
-/* No state: a flagged header from the call's own stream-ordered memory. */
+/* Exchange memory for a call without state: stream-ordered when the device
+ * has memory pools; else (cudaMallocAsync answers cudaErrorNotSupported on
+ * some virtualised or older setups) plain cudaMalloc, since a rank that does
+ * not take part hangs every other one. This path is for failures only: its
+ * host waits do not touch steady state. */
+static cudaError_t exchange_alloc(dgc_nccl_call *k, size_t bytes) {
+    k->xbuf_sync = 0;
+    cudaError_t e = cudaMallocAsync(&k->xbuf, bytes, k->stream);
+    if (e == cudaSuccess) return e;
+    (void)cudaGetLastError();
+    k->xbuf = NULL;
+    e = cudaMalloc(&k->xbuf, bytes);
+    if (e == cudaSuccess) {
+        k->xbuf_sync = 1;
+        return e;
+    }
+    (void)cudaGetLastError();
+    k->xbuf = NULL;
+    return e;
+}
+
+/* No state: a flagged header from the call's own exchange memory. */
 static void take_part_flagged(dgc_nccl_call *k) {
     size_t one = dgc_wire_bytes(k->p.k);
     if (!k->payload) {
-        cudaError_t e = cudaMallocAsync(&k->xbuf, one * (1 + (size_t)k->c->nranks), k->stream);
+        cudaError_t e = exchange_alloc(k, one * (1 + (size_t)k->c->nranks));
         if (e != cudaSuccess) {
-            (void)cudaGetLastError();
-            k->xbuf = NULL;
             DGC_ERROR("no device memory even for the %zu bytes of a flagged payload (%s): this call fails with "
                       "ncclSystemError without its all-gather, and the other ranks may wait for this one",
                       one * (1 + (size_t)k->c->nranks), cudaGetErrorString(e));
@@ -127,7 +154,7 @@ static void prepare(dgc_nccl_call *k, const dgc_config *cfg) {
     (void)cudaGetLastError();
     k->b = NULL;
     k->payload = k->gathered = k->xbuf = NULL;
-    k->stepped = 0;
+    k->xbuf_sync = 0;
     k->xrc = ncclSuccess;
     k->rc = news(c);
     uint64_t step;
@@ -138,7 +165,6 @@ static void prepare(dgc_nccl_call *k, const dgc_config *cfg) {
         k->part = DGC_NCCL_PASS;
         return;
     }
-    k->stepped = 1;
     if (dgc_policy_plan(cfg, k->count, step, c->nranks, &k->p)) { /* too big for one payload */
         k->part = DGC_NCCL_PASS;
         return;
@@ -172,10 +198,11 @@ static void exchange(const dgc_nccl_api *api, dgc_nccl_call *k) {
     }
 }
 
-/* The exchange did not go through: nothing is decoded, nothing committed,
- * and the step is given back. NCCL's own log says why. */
+/* The exchange did not go through: nothing is decoded, nothing committed.
+ * The step stays taken: this rank cannot know whether the others failed
+ * too, and a step given back on some ranks only would make their later k,
+ * payload sizes and headers differ (invariant 1). NCCL's own log says why. */
 static void exchange_failed(dgc_nccl_call *k, ncclResult_t rc) {
-    if (k->stepped) dgc_registry_undo_step(k->c, k->count);
     if (k->part != DGC_NCCL_PASS)
         DGC_ERROR("the real ncclAllGather of a compressed call failed (ncclResult_t %d): nothing was decoded or "
                   "committed",
@@ -233,6 +260,7 @@ ncclResult_t dgc_nccl_run(const dgc_nccl_api *api, dgc_nccl_call *k, int n, cons
         } else {
             k[i].b = NULL;
             k[i].xbuf = NULL;
+            k[i].xbuf_sync = 0;
             k[i].part = DGC_NCCL_DEAD;
             k[i].rc = ncclUnhandledCudaError;
         }

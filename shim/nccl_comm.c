@@ -12,8 +12,10 @@
  * destroy would wait for too); Abort forwards first, because aborting is
  * what gets stuck NCCL kernels, which our kernels queue behind, out of the
  * way of that wait. */
+#include <stdio.h>
 #include <stdlib.h>
 
+#include "dgcshim/stats.h"
 #include "log.h"
 #include "nccl_internal.h"
 
@@ -72,9 +74,35 @@ static uint64_t detach(ncclComm_t comm, int *device) {
     return dgc_registry_comm_unbind(comm);
 }
 
+/* One STATS row per buffer of the record being closed (label as at exit:
+ * output<send, or the output alone in place). */
+static void print_row(const dgc_buffer *b, void *ctx) {
+    if (b->comm != *(const uint64_t *)ctx) return;
+    char label[48], row[288];
+    if (b->send) snprintf(label, sizeof label, "%p<%p", b->buf, b->send);
+    else snprintf(label, sizeof label, "%p", b->buf);
+    dgc_stats_row(label, b->count, &b->stats, row, sizeof row);
+    dgc_log_tagged("STATS", "%s", row);
+}
+
+/* With DGC_STATS=1, on rank 0: the record's buffers as they stand, before
+ * they go. Frameworks destroy their communicators before exit (PyTorch's
+ * destroy_process_group), after which the exit report has only the
+ * released states' sum, not one row per gradient bucket. */
+static void report_closing(uint64_t id) {
+    const dgc_config *cfg = dgc_config_current();
+    if (!cfg->stats || dgc_config_rank() != 0) return;
+    char row[256];
+    dgc_log_tagged("STATS", "buffer states of an NCCL communicator being destroyed:");
+    dgc_stats_header(row, sizeof row);
+    dgc_log_tagged("STATS", "%s", row);
+    dgc_registry_each(print_row, &id);
+}
+
 /* Frees the record's states on their own device. */
 static void close_record(uint64_t id, int device) {
     if (!id) return;
+    report_closing(id);
     dgc_device_guard g;
     int ok = dgc_device_enter(&g, device) == 0;
     dgc_registry_comm_close(id);

@@ -58,14 +58,19 @@ static int look_for_cuda(struct dl_phdr_info *info, size_t size, void *data) {
 }
 
 /* 1 when the object itself exports ncclAllReduce: calls to it from any
- * other object bind to the shim's definition first. */
+ * other object bind to the shim's definition first. Both names are tried:
+ * for the main program, dlsym searches the global scope, where the plain
+ * name finds the shim's own definition first. */
 static int exports_nccl(const struct dl_phdr_info *info) {
     const char *name = info->dlpi_name ? info->dlpi_name : "";
     void *h = dlopen(name[0] ? name : NULL, RTLD_NOLOAD | RTLD_LAZY);
     if (!h) return 0;
-    void *p = dlsym(h, "ncclAllReduce");
-    if (!p) p = dlsym(h, "pncclAllReduce");
-    int exports = p && in_object(info, (uintptr_t)p);
+    static const char *const names[2] = {"ncclAllReduce", "pncclAllReduce"};
+    int exports = 0;
+    for (int i = 0; i < 2 && !exports; i++) {
+        void *p = dlsym(h, names[i]);
+        exports = p && in_object(info, (uintptr_t)p);
+    }
     dlclose(h);
     return exports;
 }

@@ -191,8 +191,8 @@ struct dgc_nccl_call {
     dgc_step_params p;
     dgc_buffer *b;        /* DGC_NCCL_STATE */
     void *payload, *gathered; /* this rank's payload and every rank's */
-    void *xbuf;           /* stream-ordered exchange memory of a flagged call, or NULL */
-    int stepped;          /* it took a step from the communicator's counter */
+    void *xbuf;           /* exchange memory of a flagged call, or NULL */
+    int xbuf_sync;        /* xbuf came from cudaMalloc (no memory pools here): freed after a stream wait */
     ncclResult_t xrc;     /* what the exchange returned (ncclInProgress until settled) */
     ncclResult_t rc;      /* what the call returns once it is enqueued */
 };

@@ -40,16 +40,23 @@ if [ "$np" -gt 1 ] && [ -z "$nccl" ]; then
 fi
 preload="${SHIM:?SHIM unset}${nccl:+:$nccl}"
 
-cmd=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl self,vader -np "$np"
+# One node, in a container: the ob1 PML over shared memory (UCX, which
+# Open MPI prefers when present, probes GPUs and network devices a container
+# may not have), and no single-copy mechanism (CMA needs ptrace rights that
+# containers often lack; vader would abort on its first large message).
+cmd=(mpirun --allow-run-as-root --oversubscribe --bind-to none
+     --mca pml ob1 --mca btl self,vader --mca btl_vader_single_copy_mechanism none -np "$np"
      env "LD_PRELOAD=$preload" NCCL_MULTI_RANK_GPU_ENABLE=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
      "${CHECK:?CHECK unset}" "$name")
 out=$(mktemp); trap 'rm -f "$out"' EXIT
 echo "+ ${cmd[*]}"
 unset LD_PRELOAD
-timeout 180 "${cmd[@]}" >"$out" 2>&1
+# Every case takes seconds; a hang must not eat the GPU session's minutes.
+limit=${DGC_NCCL_CASE_TIMEOUT:-90}
+timeout --kill-after=10 "$limit" "${cmd[@]}" >"$out" 2>&1
 rc=$?
 cat "$out"
-if [ $rc -eq 124 ]; then echo "CASE FAILED: timed out (a hang)"; exit 1; fi
+if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then echo "CASE FAILED: timed out after $limit s (a hang)"; exit 1; fi
 [ $rc -eq 0 ] || { echo "CASE FAILED: exit status $rc"; exit 1; }
 got=$(grep -c "^PASS gpu.nccl.$name rank" "$out")
 [ "$got" -eq "$np" ] || { echo "CASE FAILED: $got PASS lines, want $np"; exit 1; }
