@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Fuzzes the wire decoder and the engine round trip with libFuzzer
-# (tests/fuzz/): builds both targets with clang, ASan and UBSan, then runs
-# each for a bounded time on a scratch copy of its seed corpus (the corpus in
-# the repo is never changed). Exits non-zero, naming the target, when either
-# finds a crash, a failed check, a leak, a sanitizer report, a timeout or
-# runs out of memory; the input that did it is kept under the build dir.
+# Fuzzes the wire decoder, the engine round trip and the compact payload's
+# expander with libFuzzer (tests/fuzz/): builds the targets with clang, ASan
+# and UBSan, then runs each for a bounded time on a scratch copy of its seed
+# corpus (the corpus in the repo is never changed). Exits non-zero, naming the
+# target, when any finds a crash, a failed check, a leak, a sanitizer report,
+# a timeout or runs out of memory; the input that did it is kept under the
+# build dir.
 #
 # Usage: scripts/fuzz.sh [seconds]     seconds per target: the argument, else
 #        FUZZ_SECONDS, else 30. FUZZ_BUILD_DIR overrides build-fuzz.
-# Takes about 2 x seconds plus the build (under a minute).
+# Takes about 3 x seconds plus the build (under a minute).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-${FUZZ_SECONDS:-30}}
@@ -39,10 +40,11 @@ CC=clang cmake -S tests/fuzz -B "$build" >/dev/null
 cmake --build "$build" -j "$(nproc)"
 
 # The largest input each target reads: 8 payloads of 64 slots; 2048 gradient
-# floats (bytes are read cyclically, so larger buffers need no more).
-declare -A max_len=([decode]=4608 [engine]=8192)
+# floats (bytes are read cyclically, so larger buffers need no more); a
+# compact payload of at most 256 slots (at most 2016 bytes for any n).
+declare -A max_len=([decode]=4608 [engine]=8192 [compact]=4096)
 failed=()
-for t in decode engine; do
+for t in decode engine compact; do
   dir="$scratch/$t"
   mkdir -p "$dir/corpus" "$dir/crash"
   cp tests/fuzz/corpus/"$t"/* "$dir/corpus/"
@@ -70,4 +72,4 @@ if [ ${#failed[@]} -ne 0 ]; then
   echo "== FAILED: ${failed[*]} ==" >&2
   exit 1
 fi
-echo "== both fuzz targets ran $secs s each without a finding =="
+echo "== all fuzz targets ran $secs s each without a finding =="

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Writes the seed corpora of the fuzz targets: tests/fuzz/corpus/{decode,engine}/.
+"""Writes the seed corpora of the fuzz targets: tests/fuzz/corpus/{decode,engine,compact}/.
 
 Seeds give libFuzzer a start inside the interesting space (sound payloads
 to mutate, each kind of broken one, every engine configuration) rather than
 leaving it to find the magic number and matching headers by itself. The
-layouts are those described at the top of fuzz_decode.c and fuzz_engine.c.
+layouts are those described at the top of fuzz_decode.c, fuzz_engine.c and
+fuzz_compact.c.
 Deterministic: rerunning rewrites the same bytes.
     python3 tests/fuzz/make_corpus.py
 """
@@ -121,6 +122,86 @@ def engine_seeds():
     return s
 
 
+def compact_layout(n, k, value_bits):
+    """dgc_compact_layout_for: (b, codes, bytes)."""
+    best = None
+    for b in range(1, 33):
+        codes = k + n // ((1 << b) - 1)
+        if best is None or codes * b < best[0] * best[1]:
+            best = (codes, b)
+    codes, b = best
+    words = lambda bits: (bits + 63) // 64
+    return b, codes, 40 + 8 * words(codes * b) + 8 * words(k * value_bits)
+
+
+def compact_payload(n, k, value_bits, pairs, step=3, flags=0, count=None):
+    """A compact payload (wire_compact.h) of sorted pairs; values are taken as
+    exactly representable in value_bits. count overrides the count field."""
+    b, codes, size = compact_layout(n, k, value_bits)
+    m = (1 << b) - 1
+    code_bits, used, nxt = 0, 0, 0
+    for i, _ in pairs:
+        gap = i - nxt
+        while gap >= m:
+            code_bits |= m << (used * b)
+            used, gap = used + 1, gap - m
+        code_bits |= gap << (used * b)
+        used, nxt = used + 1, i + 1
+    assert used <= codes
+    value_bits_int = 0
+    for j, (_, v) in enumerate(pairs):
+        u = struct.unpack("<I", struct.pack("<f", v))[0]
+        if value_bits == 16:
+            assert u & 0xFFFF == 0, v
+            u >>= 16
+        value_bits_int |= u << (j * value_bits)
+    code_bytes = 8 * ((codes * b + 63) // 64)
+    value_bytes = 8 * ((k * value_bits + 63) // 64)
+    out = struct.pack("<IIQQQ", MAGIC, flags, step, n, k) + struct.pack("<Q", len(pairs) if count is None else count)
+    out += code_bits.to_bytes(code_bytes, "little") + value_bits_int.to_bytes(value_bytes, "little")
+    assert len(out) == size
+    return out
+
+
+def compact_seed(n, k, value_bits, payload_bytes, errlen=3, stamp=0):
+    """The choice bytes of fuzz_compact, then the payload."""
+    assert 1 <= n <= 1 << 32 and 1 <= k <= min(n, 256)
+    nbytes = max(1, ((n - 1).bit_length() + 7) // 8)
+    head = bytes([(value_bits == 16) | errlen << 1 | stamp << 3 | (nbytes - 1) << 4])
+    head += (n - 1).to_bytes(4, "little") + struct.pack("<H", k - 1)
+    return head + payload_bytes
+
+
+def compact_seeds():
+    rng = random.Random(3)
+    vals = [1.0, -2.5, 0.375, -0.0, 1024.0, -0.0625, 65536.0, 0.5]  # exact in bf16
+    s = {}
+
+    def add(name, n, k, vb, idx, count=None, errlen=3, stamp=0):
+        pairs = [(i, vals[j % len(vals)]) for j, i in enumerate(idx)]
+        s[name] = compact_seed(n, k, vb, compact_payload(n, k, vb, pairs, count=count), errlen, stamp)
+
+    for vb in (16, 32):
+        add("ok_random_%d" % vb, 1000, 10, vb, sorted(rng.sample(range(1000), 7)))
+        add("ok_full_%d" % vb, 4096, 64, vb, sorted(rng.sample(range(4096), 64)))
+        add("ok_last_alone_%d" % vb, 669706, 200, vb, [669705])
+        add("ok_all_at_end_%d" % vb, 50000, 100, vb, list(range(49900, 50000)))
+        add("ok_dense_start_%d" % vb, 300, 256, vb, list(range(256)))
+    add("ok_empty", 77, 5, 16, [])
+    add("ok_n1", 1, 1, 32, [0], errlen=0)
+    add("ok_b1_k_eq_n", 200, 200, 16, sorted(rng.sample(range(200), 150)))
+    add("ok_n_2p32", 1 << 32, 3, 32, [5, 1 << 31, (1 << 32) - 1])
+    add("ok_n_2p32_m1", (1 << 32) - 1, 1, 16, [(1 << 32) - 2])
+    add("ok_stamped", 5000, 40, 16, sorted(rng.sample(range(5000), 20)), stamp=1)
+    add("bad_count_gt_k", 1000, 10, 32, [1, 2, 3], count=11)
+    add("bad_lone_zero_pair", 1000, 10, 16, [], count=1)
+    trailing = bytearray(compact_seed(1000, 10, 32, compact_payload(1000, 10, 32, [(4, 1.0)])))
+    trailing[-1] = 1
+    s["bad_trailing_value"] = bytes(trailing)
+    s["choices_only"] = bytes([0x31, 0xFF, 0xFF, 0x00, 0x00, 0x40, 0x00])
+    return s
+
+
 def write(kind, seeds):
     d = os.path.join(HERE, "corpus", kind)
     os.makedirs(d, exist_ok=True)
@@ -132,3 +213,4 @@ def write(kind, seeds):
 if __name__ == "__main__":
     write("decode", decode_seeds())
     write("engine", engine_seeds())
+    write("compact", compact_seeds())
