@@ -58,6 +58,8 @@ static const option_desc options[DGC_OPT_COUNT] = {
                               "integer in [0, 10^9], 0 = no limit", 0, OFF(max_state_mb)},
     [DGC_OPT_TRANSPORT] = {"DGC_TRANSPORT", KIND_CHOICE, "auto", 0, 2, 0, 0, "auto, sparse or dense", 1,
                            OFF(transport)},
+    /* 16 or 32 only: a UINT whose range is checked again below. */
+    [DGC_OPT_VALUE_BITS] = {"DGC_VALUE_BITS", KIND_UINT, "16", 16, 32, 0, 0, "16 or 32", 1, OFF(value_bits)},
 };
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
@@ -141,6 +143,7 @@ static int parse_one(dgc_config *cfg, const option_desc *o, const char *text) {
     double x = 0;
     int ok = o->kind == KIND_CHOICE ? parse_choice(o, text, &x) : parse_number(o, text, &x);
     if (!ok || !in_range(o, x)) return 0;
+    if (o->offset == OFF(value_bits) && x != 16 && x != 32) return 0; /* a width, not a range */
     store(cfg, o, x);
     return 1;
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "dgcshim/update_rules.h"
+#include "dgcshim/wire_compact.h"
 #include "engine_stream.h"
 #include "pages.h"
 #include "topk.h"
@@ -284,6 +285,28 @@ static int select_exact(dgc_state *s, uint64_t k) {
     return 0;
 }
 
+/* The exact top k of the ncand candidates (more than k of them), kept in
+ * index order: the k-th largest |value| t (a radix select, in place), then those above t,
+ * then ties at t, in order, up to k (select_exact's rule, and the CUDA
+ * engine's). Sorted payloads are what the compact encoding codes as gaps. */
+static int select_candidates(dgc_state *s, uint64_t ncand, uint64_t k) {
+    float t = dgc_topk_kth_largest_abs(s->cand_val, ncand, k - 1); /* no copy: a radix select */
+    uint64_t above = 0;
+    for (uint64_t j = 0; j < ncand; j++) above += fabsf(s->cand_val[j]) > t;
+    uint64_t ties = k - above, c = 0; /* ties at t that fit */
+    for (uint64_t j = 0; j < ncand && c < k; j++) {
+        float a = fabsf(s->cand_val[j]);
+        if (a > t || (a == t && ties > 0)) {
+            ties -= a == t;
+            s->cand[c] = s->cand[j];
+            s->cand_val[c] = s->cand_val[j];
+            c++;
+        }
+    }
+    s->nsel = c;
+    return 0;
+}
+
 static void pack(const dgc_state *s, const dgc_step_params *p, uint32_t flags, void *payload) {
     dgc_wire_header h = {DGC_WIRE_MAGIC, flags, p->step, s->n, p->k};
     memcpy(payload, &h, sizeof h);
@@ -291,7 +314,7 @@ static void pack(const dgc_state *s, const dgc_step_params *p, uint32_t flags, v
     float *val = dgc_wire_values(payload, p->k);
     for (uint64_t j = 0; j < s->nsel; j++) {
         idx[j] = s->cand[j];
-        val[j] = s->cand_val[j];
+        val[j] = dgc_compact_value(s->cand_val[j], p->value_bits); /* what every rank will add */
     }
     for (uint64_t j = s->nsel; j < p->k; j++) {
         idx[j] = 0;
@@ -321,8 +344,11 @@ int dgc_compress_zeroing(dgc_state *s, const float *g, const dgc_step_params *p,
     if (overflow) {
         if (select_exact(s, p->k)) return -1;
     } else {
-        dgc_topk_pairs(s->cand, s->cand_val, ncand, p->k);
-        s->nsel = ncand < p->k ? ncand : p->k;
+        if (ncand > p->k) {
+            if (select_candidates(s, ncand, p->k)) return -1;
+        } else {
+            s->nsel = ncand;
+        }
     }
     pack(s, p, 0, payload);
     return zero != NULL;
@@ -343,8 +369,10 @@ void dgc_commit(dgc_state *s, const dgc_step_params *p) {
             __builtin_prefetch(s->v + s->cand[j + MASK_PREFETCH_AHEAD], 1);
             if (u) __builtin_prefetch(u + s->cand[j + MASK_PREFETCH_AHEAD], 1);
         }
+        /* Error feedback: the residual keeps what rounding the value for the
+         * wire lost (with 32-bit values x - x, +0: what was sent is gone). */
         uint32_t i = s->cand[j];
-        s->v[i] = 0.0f;
+        s->v[i] = s->cand_val[j] - dgc_compact_value(s->cand_val[j], p->value_bits);
         if (u) u[i] = 0.0f;
     }
     s->nsel = 0;

@@ -23,6 +23,7 @@
 
 #include "dgcshim/policy.h"
 #include "dgcshim/wire.h"
+#include "dgcshim/wire_compact.h"
 #include "log.h"
 #include "mpi_internal.h"
 
@@ -36,15 +37,19 @@ static double now(void) {
 
 static int compensating(const dgc_step_params *p, const dgc_config *cfg);
 
+/* A call's payloads: the engine writes and the decoder reads the plain
+ * layout (wire.h: 8 bytes a pair); the sparse all-gather carries them in the
+ * compact encoding (wire_compact.h: indices as gaps, 16- or 32-bit values),
+ * encoded after the compression and expanded, checked, after the gather. */
 typedef struct {
-    size_t bytes; /* one payload */
+    size_t bytes; /* one payload on the wire: compact */
+    size_t plain; /* one payload in memory */
+    dgc_compact_layout code;
     int whole;    /* it fits the reserve: one all-gather carries everything */
     int dense;    /* the pairs travel by the dense transport (after the headers) */
     size_t share; /* what the dense transport sends to each other rank, on average */
 } layout;
 
-/* This rank's part before any exchange: compress (state), or nothing. Turns
- * local into DGC_PART_FAILED when memory runs short. */
 /* The gathered buffer's size, in payloads of this call: nranks for the
  * sparse transport; for the dense one none, except room for the dense sum
  * when compensation starts keeping it (the first dense step after sparse
@@ -52,13 +57,30 @@ typedef struct {
 static int gathered_payloads(const dgc_buffer *b, const dgc_step_params *p, const layout *l, const dgc_config *cfg) {
     if (!l->dense) return p->nranks;
     if (!compensating(p, cfg) || b->prev_dense) return 0;
-    return (int)(((size_t)b->count * sizeof(float) + l->bytes - 1) / l->bytes);
+    return (int)(((size_t)b->count * sizeof(float) + l->plain - 1) / l->plain);
 }
+
+/* The compact form of this rank's payload, and room for every rank's:
+ * sparse transport only. */
+static int encode(dgc_buffer *b, const dgc_step_params *p, const layout *l) {
+    if (dgc_registry_reserve_wire(b, l->dense ? 0 : l->bytes * ((size_t)p->nranks + 1))) {
+        DGC_ERROR("no memory for the %zu-byte wire buffers of a %llu-element buffer", l->bytes * (p->nranks + 1),
+                  (unsigned long long)b->count);
+        return -1;
+    }
+    if (l->dense || dgc_compact_encode(b->payload, &l->code, b->wire) == 0) return 0;
+    DGC_ERROR("the engine's payload for a %llu-element buffer could not be encoded (unsorted pairs): a bug",
+              (unsigned long long)b->count);
+    return -1;
+}
+
+/* This rank's part before any exchange: compress (state), or nothing. Turns
+ * local into DGC_PART_FAILED when memory runs short. */
 
 static int prepare(dgc_buffer *b, int local, const float *g, float *work, const dgc_step_params *p, const layout *l,
                    const dgc_config *cfg) {
     if (local != DGC_PART_STATE) return local;
-    size_t bytes = dgc_wire_bytes(p->k);
+    size_t bytes = l->plain;
     if (dgc_registry_reserve(b, bytes, gathered_payloads(b, p, l, cfg))) {
         DGC_ERROR("no memory for the %zu-byte exchange buffers of a %llu-element buffer", bytes * (p->nranks + 1),
                   (unsigned long long)b->count);
@@ -68,6 +90,10 @@ static int prepare(dgc_buffer *b, int local, const float *g, float *work, const 
     dgc_registry_account(b);
     if (rc < 0) {
         DGC_ERROR("no memory for the selection scratch of a %llu-element buffer", (unsigned long long)b->count);
+        return DGC_PART_FAILED;
+    }
+    if (encode(b, p, l)) {
+        dgc_discard(b->state);
         return DGC_PART_FAILED;
     }
     return DGC_PART_STATE;
@@ -81,9 +107,9 @@ static int exchange_first(dgc_comm *c, dgc_buffer *b, int local, const dgc_step_
                           MPI_Comm comm, const char **base, size_t *stride) {
     int words = l->whole ? (int)(l->bytes / 8) : HEADER_WORDS;
     char *send = c->reserve, *recv = send + c->head;
-    if (local == DGC_PART_STATE) send = b->payload;
+    if (local == DGC_PART_STATE) send = l->whole ? b->wire : b->payload; /* the same header either way */
     else dgc_wire_flag_only(send, local == DGC_PART_FAILED ? DGC_WIRE_FAILED : DGC_WIRE_DENSE, p->step, p->n, p->k);
-    if (local == DGC_PART_STATE && l->whole) recv = b->gathered;
+    if (local == DGC_PART_STATE && l->whole) recv = (char *)b->wire + l->bytes;
     *base = recv;
     *stride = (size_t)words * 8;
     return PMPI_Allgather(send, words, MPI_UINT64_T, recv, words, MPI_UINT64_T, comm);
@@ -204,9 +230,10 @@ static int dense_transport_path(dgc_comm *c, dgc_buffer *b, float *work, const d
  * then decode and commit. */
 static int sparse_path(dgc_buffer *b, float *work, const dgc_step_params *p, const layout *l, MPI_Comm comm,
                        const dgc_config *cfg, double engine_seconds) {
+    char *wire = b->wire, *received = wire + l->bytes;
     if (!l->whole) {
         int words = (int)(l->bytes / 8);
-        int rc = PMPI_Allgather(b->payload, words, MPI_UINT64_T, b->gathered, words, MPI_UINT64_T, comm);
+        int rc = PMPI_Allgather(wire, words, MPI_UINT64_T, received, words, MPI_UINT64_T, comm);
         if (rc != MPI_SUCCESS) {
             dgc_discard(b->state);
             return rc;
@@ -214,7 +241,13 @@ static int sparse_path(dgc_buffer *b, float *work, const dgc_step_params *p, con
     }
     double t0 = now();
     char err[256];
-    dgc_decode_result r = dgc_wire_decode_zeroed(b->gathered, p->nranks, p->step, b->count, p->k, work, err, sizeof err);
+    dgc_decode_result r = DGC_DECODE_OK;
+    for (int q = 0; q < p->nranks && r == DGC_DECODE_OK; q++) /* checked as they are expanded */
+        if (dgc_compact_expand(received + (size_t)q * l->bytes, &l->code, q, (char *)b->gathered + (size_t)q * l->plain,
+                               err, sizeof err))
+            r = DGC_DECODE_BAD;
+    if (r == DGC_DECODE_OK)
+        r = dgc_wire_decode_zeroed(b->gathered, p->nranks, p->step, b->count, p->k, work, err, sizeof err);
     if (r == DGC_DECODE_OK) {
         dgc_commit(b->state, p);
         compensate(b, work, p, cfg);
@@ -258,7 +291,9 @@ static int skip_nonfinite(dgc_buffer *b, int local, float *work, const dgc_step_
 int dgc_mpi_exchange(dgc_comm *c, dgc_buffer *b, int local, const float *g, float *work, const dgc_step_params *p,
                      MPI_Comm comm, const dgc_config *cfg) {
     dgc_transport_bytes tb;
-    layout l = {dgc_wire_bytes(p->k), 0, 0, 0};
+    layout l = {.plain = dgc_wire_bytes(p->k)};
+    dgc_compact_layout_for(p->n, p->k, p->value_bits, &l.code);
+    l.bytes = l.code.bytes;
     l.dense = dgc_policy_transport(cfg, p->n, p->k, p->nranks, &tb) == DGC_TRANSPORT_DENSE;
     l.share = p->nranks > 1 ? (size_t)((tb.dense + (uint64_t)p->nranks - 2) / ((uint64_t)p->nranks - 1)) : 0;
     l.whole = !l.dense && l.bytes <= c->head; /* the dense transport always sends the headers first */

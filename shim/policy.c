@@ -3,6 +3,7 @@
 #include <limits.h>
 
 #include "dgcshim/wire.h"
+#include "dgcshim/wire_compact.h"
 
 int dgc_policy_compressible(const dgc_config *cfg, uint64_t count, int nranks) {
     return cfg->enable && count >= cfg->min_elements && count <= DGC_MAX_ELEMENTS &&
@@ -25,14 +26,17 @@ int dgc_policy_plan(const dgc_config *cfg, uint64_t count, uint64_t step, int nr
         .clip_norm = cfg->clip_norm,
         .nranks = nranks,
         .sample_ratio = cfg->sample_ratio,
+        .value_bits = (unsigned)cfg->value_bits,
     };
     return 0;
 }
 
-void dgc_transport_bytes_for(uint64_t n, uint64_t k, int nranks, dgc_transport_bytes *out) {
+void dgc_transport_bytes_for(uint64_t n, uint64_t k, unsigned value_bits, int nranks, dgc_transport_bytes *out) {
     if (nranks < 1) nranks = 1;
     uint64_t others = (uint64_t)nranks - 1, header = sizeof(dgc_wire_header);
-    out->sparse = others * dgc_wire_bytes(k);
+    dgc_compact_layout code;
+    dgc_compact_layout_for(n, k, value_bits, &code);
+    out->sparse = others * code.bytes;
     /* 2 (N-1) 4n / N, rounded up: at most 2^20 ranks and 2^32 elements, so
      * the product fits 64 bits. */
     out->dense = (2 * others * 4 * n + (uint64_t)nranks - 1) / (uint64_t)nranks + others * header;
@@ -41,7 +45,7 @@ void dgc_transport_bytes_for(uint64_t n, uint64_t k, int nranks, dgc_transport_b
 dgc_transport dgc_policy_transport(const dgc_config *cfg, uint64_t n, uint64_t k, int nranks,
                                    dgc_transport_bytes *bytes) {
     dgc_transport_bytes b;
-    dgc_transport_bytes_for(n, k, nranks, &b);
+    dgc_transport_bytes_for(n, k, (unsigned)cfg->value_bits, nranks, &b);
     if (bytes) *bytes = b;
     if (cfg->transport != DGC_TRANSPORT_AUTO) return (dgc_transport)cfg->transport;
     if (nranks <= 1) return DGC_TRANSPORT_SPARSE; /* nothing travels either way */

@@ -57,7 +57,8 @@ static size_t reserve_bytes_of(const dgc_comm *c) {
 
 static size_t buffer_bytes(const dgc_buffer *b) {
     return sizeof *b + (b->state ? dgc_state_bytes(b->state) : 0) + dgc_pages_footprint(b->payload_cap) +
-           dgc_pages_footprint(b->gathered_cap) + dgc_pages_footprint(b->prev_cap) + b->gpu_bytes;
+           dgc_pages_footprint(b->gathered_cap) + dgc_pages_footprint(b->prev_cap) +
+           dgc_pages_footprint(b->wire_cap) + b->gpu_bytes;
 }
 
 /* ---- communicators ---- */
@@ -148,6 +149,7 @@ static void release_buffer(dgc_buffer *b) {
     dgc_pages_free(b->payload, b->payload_cap);
     dgc_pages_free(b->gathered, b->gathered_cap);
     dgc_pages_free(b->prev, b->prev_cap);
+    dgc_pages_free(b->wire, b->wire_cap);
     free(b);
 }
 
@@ -349,6 +351,12 @@ dgc_create_result dgc_registry_create(dgc_comm *c, const void *send, const void 
 int dgc_registry_reserve(dgc_buffer *b, size_t bytes, int nranks) {
     int rc = dgc_pages_fit(&b->payload, &b->payload_cap, bytes, EXCHANGE_SLACK) ||
              dgc_pages_fit(&b->gathered, &b->gathered_cap, bytes * (size_t)nranks, EXCHANGE_SLACK);
+    dgc_registry_account(b);
+    return rc ? -1 : 0;
+}
+
+int dgc_registry_reserve_wire(dgc_buffer *b, size_t bytes) {
+    int rc = dgc_pages_fit(&b->wire, &b->wire_cap, bytes, EXCHANGE_SLACK);
     dgc_registry_account(b);
     return rc ? -1 : 0;
 }

@@ -67,6 +67,8 @@ typedef struct dgc_buffer {
     uint64_t prev_k;  /* their k; 0 when there is no previous step */
     int prev_nranks;  /* how many payloads they hold */
     int prev_dense;   /* prev holds instead the last step's dense sum S (count floats): it went by the dense transport */
+    void *wire;       /* the compact payloads on the wire: this rank's, then every rank's */
+    size_t wire_cap;
     size_t bytes;     /* memory held, as last accounted */
     dgc_buffer_stats stats;
     /* The GPU path's state (dgc_registry_adopt) in place of state and the
@@ -149,6 +151,10 @@ dgc_create_result dgc_registry_adopt(dgc_comm *c, const void *send, const void *
 /* Makes the entry's payload buffers hold bytes and nranks * bytes, and gives
  * back room far beyond that (after warm-up). */
 int dgc_registry_reserve(dgc_buffer *b, size_t bytes, int nranks);
+
+/* Makes the entry's wire buffer hold bytes (its payload and nranks others'
+ * in the compact encoding), giving back room far beyond that. */
+int dgc_registry_reserve_wire(dgc_buffer *b, size_t bytes);
 
 /* Keeps this step's gathered payloads (k slots each, nranks of them) as the
  * previous step's: swaps gathered and prev, so no copy. */

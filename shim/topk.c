@@ -4,6 +4,7 @@
 #include "topk.h"
 
 #include <math.h>
+#include <string.h>
 
 static void swap_f(float *a, float *b) {
     float t = *a;
@@ -72,6 +73,32 @@ void dgc_topk_pairs(uint32_t *idx, float *val, size_t n, size_t k) {
         if (kth <= j) hi = j;
         else lo = j + 1;
     }
+}
+
+/* Radix select on the bit patterns of |x| (non-negative floats order like
+ * their bits): one 8-bit digit a pass, most significant first, counting
+ * only the values that match the digits fixed so far. Reads a[] four
+ * times, writes nothing: no scratch. NaN (exponent all ones, mantissa not
+ * zero) sorts above Inf. */
+float dgc_topk_kth_largest_abs(const float *a, size_t n, size_t kth) {
+    uint32_t prefix = 0, mask = 0;
+    size_t want = kth; /* how many larger values come before it, within the prefix */
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        size_t hist[256] = {0};
+        for (size_t i = 0; i < n; i++) {
+            uint32_t b;
+            memcpy(&b, &a[i], sizeof b);
+            b &= 0x7fffffffu;
+            if ((b & mask) == prefix) hist[(b >> shift) & 0xffu]++;
+        }
+        int d = 255;
+        while (want >= hist[d]) want -= hist[d--]; /* from the largest digit down */
+        prefix |= (uint32_t)d << shift;
+        mask |= 0xffu << shift;
+    }
+    float t;
+    memcpy(&t, &prefix, sizeof t);
+    return t;
 }
 
 void dgc_topk_heap_init(dgc_topk_heap *heap, float *mem, size_t size) {

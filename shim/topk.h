@@ -15,6 +15,9 @@ float dgc_topk_kth_largest(float *a, size_t n, size_t kth);
  * hold the k largest |val| (ties broken arbitrarily). Working on the values
  * the caller already holds spares a random read per comparison. Requires
  * k <= n, no NaN in val. */
+/* The value of the kth largest |a[i]| (0-based, kth < n), a[] untouched. */
+float dgc_topk_kth_largest_abs(const float *a, size_t n, size_t kth);
+
 void dgc_topk_pairs(uint32_t *idx, float *val, size_t n, size_t k);
 
 /* The `size` largest values pushed so far, as a min-heap over caller memory:

@@ -36,6 +36,7 @@ typedef struct dgc_config {
     uint64_t state_idle_calls; /* DGC_STATE_IDLE_CALLS, 0 = never */
     uint64_t max_state_mb;   /* DGC_MAX_STATE_MB, 0 = no limit */
     int transport;           /* DGC_TRANSPORT, a dgc_transport */
+    uint64_t value_bits;     /* DGC_VALUE_BITS: 16 or 32 */
 } dgc_config;
 
 /* How a compressed call's selected pairs travel (DGC_TRANSPORT). */
@@ -63,6 +64,7 @@ typedef enum {
     DGC_OPT_STATE_IDLE_CALLS,
     DGC_OPT_MAX_STATE_MB,
     DGC_OPT_TRANSPORT,
+    DGC_OPT_VALUE_BITS,
     DGC_OPT_COUNT
 } dgc_option;
 

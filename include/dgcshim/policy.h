@@ -25,7 +25,8 @@ int dgc_policy_plan(const dgc_config *cfg, uint64_t count, uint64_t step, int nr
                     dgc_step_params *out);
 
 /* Bytes one rank sends in one call, for each way its pairs can travel:
- *   sparse: the all-gather of the fixed-size payloads, (N-1) payloads (ring);
+ *   sparse: the all-gather of the fixed-size payloads in the compact
+ *           encoding (wire_compact.h, value_bits per value), (N-1) payloads (ring);
  *   dense:  the pairs scattered into a dense float vector and summed by a
  *           reduce-scatter then an all-gather (a ring all-reduce's
  *           2 (N-1)/N 4n bytes), after an all-gather of the 32-byte headers. */
@@ -33,7 +34,7 @@ typedef struct {
     uint64_t sparse, dense;
 } dgc_transport_bytes;
 
-void dgc_transport_bytes_for(uint64_t n, uint64_t k, int nranks, dgc_transport_bytes *out);
+void dgc_transport_bytes_for(uint64_t n, uint64_t k, unsigned value_bits, int nranks, dgc_transport_bytes *out);
 
 /* The transport of a call (DGC_TRANSPORT_SPARSE or _DENSE): what
  * cfg->transport forces, else (auto) the sparse all-gather only when it

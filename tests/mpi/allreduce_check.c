@@ -27,6 +27,7 @@ typedef struct {
     int nesterov, masking, inplace, expect_compressed, inf, compensate;
     int misalign; /* bytes past float alignment of the send and receive buffers */
     const char *dump;
+    int value_bits; /* DGC_VALUE_BITS as the shim reads it: 16 (the default) or 32 */
 } options;
 
 /* ---- the reference, from DESIGN.md ---- */
@@ -58,6 +59,17 @@ static int by_magnitude_desc(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
+/* A value as the wire carries it: fp32, or rounded to bf16 (to nearest,
+ * ties to even), written here from the bf16 format, not from the shim. */
+static float on_the_wire(float x, int value_bits) {
+    if (value_bits == 32 || x != x) return x;
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&x, &bits, sizeof x);
+    return x;
+}
+
 /* One step of rank r's DGC state; adds its sent pairs into out and their
  * magnitudes into amag. */
 static void ref_step(const options *o, ref_rank *st, const float *g0, long k, float *out, float *amag,
@@ -86,9 +98,10 @@ static void ref_step(const options *o, ref_rank *st, const float *g0, long k, fl
     qsort(order, (size_t)n, sizeof *order, by_magnitude_desc);
     for (long j = 0; j < k && st->v[order[j]] != 0; j++) {
         long i = order[j];
-        out[i] += st->v[i];
+        float sent = on_the_wire(st->v[i], o->value_bits);
+        out[i] += sent;
         amag[i] += fabsf(st->v[i]);
-        st->v[i] = 0;
+        st->v[i] -= sent; /* error feedback: what rounding lost stays */
         if (o->masking) st->u[i] = 0;
     }
 }
@@ -337,6 +350,10 @@ static void mode_stats(void) {
 static void parse(int argc, char **argv, options *o) {
     *o = (options){.n = 40000, .steps = 20, .sparsity = 0.99, .masking = 1, .nonfinite_step = -1,
                    .expect_compressed = 1};
+    /* The reference rounds as the shim is configured to (the environment
+     * mpirun gives every rank). */
+    const char *bits = getenv("DGC_VALUE_BITS");
+    o->value_bits = bits && atoi(bits) == 32 ? 32 : 16;
     for (int i = 2; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
         if (!strcmp(k, "--n")) o->n = atol(v);

@@ -242,11 +242,24 @@ static double alloc_bytes(double x) {
     return ceil(x / to) * to;
 }
 
-/* The README's per-buffer formula, for k slots. */
+/* The compact payload on the wire (the README's "The payload"): header and
+ * count, gap codes of the width that makes the fewest bits, 16-bit values;
+ * each area in 8-byte words. */
+static double compact_bytes(double n, double k) {
+    double best = INFINITY, bits = 1;
+    for (int b = 1; b <= 32; b++) {
+        double codes = k + floor(n / (ldexp(1, b) - 1));
+        if (codes * b < best) best = codes * b, bits = b;
+    }
+    double codes = k + floor(n / (ldexp(1, (int)bits) - 1));
+    return 40 + 8 * ceil(codes * bits / 64) + 8 * ceil(k * 16 / 64);
+}
+
+/* The README's per-buffer formula, for k slots, sparse transport. */
 static double formula(double n, double k, int ranks, int momentum) {
     double payload = 32 + 8 * k, cand = fmin(n, fmax(8 * k, 4096));
     return (momentum ? 4 : 2) * alloc_bytes(4 * n) + 2 * alloc_bytes(4 * cand) + alloc_bytes(payload) +
-           (momentum ? 2 : 1) * alloc_bytes(ranks * payload);
+           (momentum ? 2 : 1) * alloc_bytes(ranks * payload) + alloc_bytes((ranks + 1) * compact_bytes(n, k));
 }
 
 static void mode_memory(const options *o) {

@@ -10,7 +10,18 @@
 #include "dgcshim/engine.h"
 #include "dgcshim/policy.h"
 
-static double sparse_bytes(double k, double N) { return (N - 1) * (32 + 8 * k); }
+/* The compact payload (wire_compact.h): header, count, gap codes of the
+ * width that makes the fewest bits, values; each area in 8-byte words. */
+static double compact_bytes(double n, double k, double vb) {
+    double best = INFINITY, bits = 0;
+    for (int b = 1; b <= 32; b++) {
+        double codes = k + floor(n / (ldexp(1, b) - 1));
+        if (codes * b < best) best = codes * b, bits = b;
+    }
+    double codes = k + floor(n / (ldexp(1, (int)bits) - 1));
+    return 40 + 8 * ceil(codes * bits / 64) + 8 * ceil(k * vb / 64);
+}
+static double sparse_bytes(double n, double k, double N) { return (N - 1) * compact_bytes(n, k, 16); }
 static double dense_bytes(double n, double N) { return ceil(2 * (N - 1) * 4 * n / N) + 32 * (N - 1); }
 
 static dgc_config with_transport(int t) {
@@ -32,7 +43,7 @@ Test(policy_transport, auto_picks_the_fewer_bytes_for_2_to_4096_ranks) {
             for (int N = 2; N <= 4096; N++) {
                 dgc_transport_bytes b;
                 dgc_transport t = dgc_policy_transport(&cfg, n, k, N, &b);
-                double s = sparse_bytes((double)k, N), e = dense_bytes((double)n, N);
+                double s = sparse_bytes((double)n, (double)k, N), e = dense_bytes((double)n, N);
                 cr_assert(fabs((double)b.sparse - s) < 0.5 && fabs((double)b.dense - e) < 0.5,
                           "n %llu k %llu N %d: bytes %llu/%llu, formulas %.0f/%.0f", (unsigned long long)n,
                           (unsigned long long)k, N, (unsigned long long)b.sparse, (unsigned long long)b.dense, s, e);
@@ -46,20 +57,28 @@ Test(policy_transport, auto_picks_the_fewer_bytes_for_2_to_4096_ranks) {
     }
 }
 
-/* The cases the issue names: at 25% the two tie at 4 ranks (dense: it needs
- * no gathered buffer) and dense wins beyond; at 99.9% sparse wins up to
- * about 1000 ranks. */
-Test(policy_transport, the_crossovers) {
+/* One crossover per density: sparse below some N, dense from it on. With
+ * 16-bit compact payloads the 25% warm-up stage stays sparse up to 12 ranks
+ * (a payload is about 0.65n bytes against dense's 8n/N), and 99.9% past
+ * 2000 ranks (plain 8-byte pairs tied at 4 and at about 1000). */
+static int first_dense(uint64_t n, double density) {
     dgc_config cfg = with_transport(DGC_TRANSPORT_AUTO);
-    uint64_t n = 1000000;
-    uint64_t k25 = dgc_k_for(n, 0.25), k999 = dgc_k_for(n, 0.001);
-    cr_assert_eq(dgc_policy_transport(&cfg, n, k25, 2, NULL), DGC_TRANSPORT_SPARSE);
-    cr_assert_eq(dgc_policy_transport(&cfg, n, k25, 3, NULL), DGC_TRANSPORT_SPARSE);
-    cr_assert_eq(dgc_policy_transport(&cfg, n, k25, 4, NULL), DGC_TRANSPORT_DENSE);
-    cr_assert_eq(dgc_policy_transport(&cfg, n, k25, 8, NULL), DGC_TRANSPORT_DENSE);
-    cr_assert_eq(dgc_policy_transport(&cfg, n, k999, 999, NULL), DGC_TRANSPORT_SPARSE);
-    cr_assert_eq(dgc_policy_transport(&cfg, n, k999, 1000, NULL), DGC_TRANSPORT_DENSE);
-    cr_assert_eq(dgc_policy_transport(&cfg, n, k999, 1, NULL), DGC_TRANSPORT_SPARSE, "one rank sends nothing");
+    uint64_t k = dgc_k_for(n, density);
+    int first = 0;
+    for (int N = 2; N <= 4096; N++) {
+        int dense = dgc_policy_transport(&cfg, n, k, N, NULL) == DGC_TRANSPORT_DENSE;
+        if (dense && !first) first = N;
+        cr_assert(!first || dense, "density %g: sparse again at N %d after dense from %d", density, N, first);
+    }
+    return first;
+}
+
+Test(policy_transport, the_crossovers) {
+    cr_assert_eq(first_dense(1000000, 0.25), 13);
+    int f = first_dense(1000000, 0.001);
+    cr_assert(f == 0 || f > 2000, "99.9%%: dense from %d ranks", f);
+    dgc_config cfg = with_transport(DGC_TRANSPORT_AUTO);
+    cr_assert_eq(dgc_policy_transport(&cfg, 1000000, 1000, 1, NULL), DGC_TRANSPORT_SPARSE, "one rank sends nothing");
 }
 
 Test(policy_transport, forced_either_way) {

@@ -260,3 +260,30 @@ Test(topk_heap, minimum_is_the_size_th_largest_pushed) {
         }
     }
 }
+
+/* The radix select the engine keeps its candidates in order with: the kth
+ * largest |a[i]|, a[] untouched, against a sort, over every fill and k. */
+Test(topk_kth_largest_abs, matches_sort_of_magnitudes_and_leaves_input) {
+    rng_seed(5);
+    for (size_t s = 0; s < NSIZES; s++) {
+        size_t n = sizes[s];
+        if (n == 0) continue;
+        float *a = malloc(n * sizeof *a), *copy = malloc(n * sizeof *copy), *mag = malloc(n * sizeof *mag);
+        cr_assert(a && copy && mag);
+        for (int kind = 0; kind < FILL_COUNT; kind++) {
+            fill(a, n, (fill_kind)kind);
+            memcpy(copy, a, n * sizeof *a);
+            for (size_t i = 0; i < n; i++) mag[i] = fabsf(a[i]);
+            qsort(mag, n, sizeof *mag, cmp_desc);
+            size_t step = n > 64 ? n / 37 : 1;
+            for (size_t kth = 0; kth < n; kth += step) {
+                float got = dgc_topk_kth_largest_abs(a, n, kth);
+                cr_assert(got == mag[kth], "n=%zu kind %d kth %zu: %g, sorting says %g", n, kind, kth, got, mag[kth]);
+            }
+            cr_assert(memcmp(a, copy, n * sizeof *a) == 0, "the input changed");
+        }
+        free(a);
+        free(copy);
+        free(mag);
+    }
+}
