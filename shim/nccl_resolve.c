@@ -140,14 +140,15 @@ static void finish(dgc_nccl_api *api, const char *object_name) {
     api->version = api->get_version(&v) == ncclSuccess ? v : 0;
 }
 
-/* DGC_NCCL_LIBRARY: the object already loaded under that path, else loaded
- * now, privately. */
+/* DGC_NCCL_LIBRARY: the object already loaded under that path, only. A copy
+ * loaded now would be a second NCCL, to which the program's communicators
+ * do not belong: calling it with them would crash. */
 static dgc_nccl_api *from_path(const char *path, const object *shim) {
     void *h = dlopen(path, RTLD_NOLOAD | RTLD_NOW);
-    if (!h) h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
-        DGC_ERROR("DGC_NCCL_LIBRARY=%s cannot be loaded (%s): looking for NCCL among the loaded objects instead", path,
-                  dlerror());
+        DGC_ERROR("DGC_NCCL_LIBRARY=%s is not among the objects this process has loaded (give the path the program "
+                  "itself loads, as /proc/<pid>/maps shows it): looking for NCCL among the loaded objects instead",
+                  path);
         return NULL;
     }
     dgc_nccl_api *api = calloc(1, sizeof *api);
