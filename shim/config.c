@@ -59,7 +59,7 @@ static const option_desc options[DGC_OPT_COUNT] = {
     [DGC_OPT_TRANSPORT] = {"DGC_TRANSPORT", KIND_CHOICE, "auto", 0, 2, 0, 0, "auto, sparse or dense", 1,
                            OFF(transport)},
     /* 16 or 32 only: a UINT whose range is checked again below. */
-    [DGC_OPT_VALUE_BITS] = {"DGC_VALUE_BITS", KIND_UINT, "16", 16, 32, 0, 0, "16 or 32", 1, OFF(value_bits)},
+    [DGC_OPT_VALUE_BITS] = {"DGC_VALUE_BITS", KIND_UINT, "32", 16, 32, 0, 0, "16 or 32", 1, OFF(value_bits)},
 };
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};

@@ -243,7 +243,7 @@ static double alloc_bytes(double x) {
 }
 
 /* The compact payload on the wire (the README's "The payload"): header and
- * count, gap codes of the width that makes the fewest bits, 16-bit values;
+ * count, gap codes of the width that makes the fewest bits, the values;
  * each area in 8-byte words. */
 static double compact_bytes(double n, double k) {
     double best = INFINITY, bits = 1;
@@ -252,7 +252,9 @@ static double compact_bytes(double n, double k) {
         if (codes * b < best) best = codes * b, bits = b;
     }
     double codes = k + floor(n / (ldexp(1, (int)bits) - 1));
-    return 40 + 8 * ceil(codes * bits / 64) + 8 * ceil(k * 16 / 64);
+    const char *vb = getenv("DGC_VALUE_BITS"); /* as the shim reads it: 32 unless 16 */
+    double value_bits = vb && atoi(vb) == 16 ? 16 : 32;
+    return 40 + 8 * ceil(codes * bits / 64) + 8 * ceil(k * value_bits / 64);
 }
 
 /* The README's per-buffer formula, for k slots, sparse transport. */
