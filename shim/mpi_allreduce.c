@@ -80,16 +80,9 @@ static void view_close(io_view *v, int ok) {
     dgc_pages_free(v->bounce, v->bytes);
 }
 
-/* Live states that keep growing mean fresh buffers every call: each starts
- * from an empty residual and strands what it kept. Persistent buffers stop
- * creating states after the first iteration, so creations outnumbering
- * reuses after this many calls and states are the sign. */
-#define GROWTH_STATES 256
-#define GROWTH_CALLS 512
-
+/* Fresh buffers every call (dgc_registry_growth_first): said once. */
 static void warn_growth(dgc_comm *c, uint64_t count) {
-    if (c->growth_warned || c->live < GROWTH_STATES || c->calls < GROWTH_CALLS || 2 * c->created <= c->calls) return;
-    c->growth_warned = 1;
+    if (!dgc_registry_growth_first(c)) return;
     DGC_WARN("%llu buffer states live on one communicator (%llu created in %llu calls, the latest for %llu "
              "elements): the program all-reduces fresh buffers (a new send or output address each call), so "
              "residuals do not carry over between steps. All-reduce each gradient in place, or from and into buffers that persist (see the README, "

@@ -85,14 +85,9 @@ static void retire_overlapping(dgc_nccl_call *k, const void *key) {
                  (unsigned long long)x->retired);
 }
 
-/* As the MPI path's warning: live states that keep growing mean fresh
- * buffers every call. */
-#define GROWTH_STATES 256
-#define GROWTH_CALLS 512
-
+/* Fresh buffers every call (dgc_registry_growth_first): said once. */
 static void warn_growth(dgc_comm *c, uint64_t count) {
-    if (c->growth_warned || c->live < GROWTH_STATES || c->calls < GROWTH_CALLS || 2 * c->created <= c->calls) return;
-    c->growth_warned = 1;
+    if (!dgc_registry_growth_first(c)) return;
     DGC_WARN("%llu buffer states live on one NCCL communicator (%llu created in %llu calls, the latest for %llu "
              "elements): the program all-reduces fresh buffers, so residuals do not carry over between steps; "
              "states unused for DGC_STATE_IDLE_CALLS calls are freed",

@@ -250,6 +250,13 @@ uint64_t dgc_registry_release_where(dgc_comm *c, int (*drop)(const dgc_buffer *b
     return freed;
 }
 
+int dgc_registry_growth_first(dgc_comm *c) {
+    if (c->growth_warned || c->live < DGC_GROWTH_STATES || c->calls < DGC_GROWTH_CALLS || 2 * c->created <= c->calls)
+        return 0;
+    c->growth_warned = 1;
+    return 1;
+}
+
 uint64_t dgc_registry_free_idle(dgc_comm *c, uint64_t idle_calls) {
     if (idle_calls == 0 || c->calls <= idle_calls) return 0;
     uint64_t limit[2] = {c->calls, idle_calls};

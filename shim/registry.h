@@ -118,6 +118,16 @@ int dgc_registry_next_step(dgc_comm *c, uint64_t count, uint64_t *step);
 /* Takes back the step next_step gave, for a call that failed on every rank. */
 void dgc_registry_undo_step(dgc_comm *c, uint64_t count);
 
+/* 1 the first time c shows the sign of fresh buffers every call, 0 before
+ * and after: live states that keep growing, each starting from an empty
+ * residual and stranding what it kept. Persistent buffers stop creating
+ * states after the first iteration, so creations outnumbering reuses once
+ * there are DGC_GROWTH_STATES states and DGC_GROWTH_CALLS calls is the
+ * sign. Each front end words its own warning. */
+#define DGC_GROWTH_STATES 256
+#define DGC_GROWTH_CALLS 512
+int dgc_registry_growth_first(dgc_comm *c);
+
 /* Frees the states on c unused for more than idle_calls of its calls (0:
  * never), pinned ones aside. Returns how many were freed. */
 uint64_t dgc_registry_free_idle(dgc_comm *c, uint64_t idle_calls);
