@@ -1,19 +1,13 @@
-/* Quickselect (Hoare partition, median-of-three pivot) over floats and over
- * index lists keyed by |v|. Both are written out rather than shared through a
- * comparator callback, since the call per comparison would dominate. */
+/* Quickselect (Hoare partition, median-of-three pivot) over floats, a radix
+ * select over magnitudes that leaves its input alone, and a min-heap of the
+ * largest values. Written out, not through a comparator callback, since a
+ * call per comparison would dominate. */
 #include "topk.h"
 
-#include <math.h>
 #include <string.h>
 
 static void swap_f(float *a, float *b) {
     float t = *a;
-    *a = *b;
-    *b = t;
-}
-
-static void swap_u(uint32_t *a, uint32_t *b) {
-    uint32_t t = *a;
     *a = *b;
     *b = t;
 }
@@ -45,34 +39,6 @@ float dgc_topk_kth_largest(float *a, size_t n, size_t kth) {
         else lo = j + 1;
     }
     return a[kth];
-}
-
-static void swap_pair(uint32_t *idx, float *val, size_t a, size_t b) {
-    swap_u(&idx[a], &idx[b]);
-    swap_f(&val[a], &val[b]);
-}
-
-void dgc_topk_pairs(uint32_t *idx, float *val, size_t n, size_t k) {
-    if (k == 0 || k >= n) return;
-    size_t kth = k - 1, lo = 0, hi = n - 1;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (fabsf(val[mid]) > fabsf(val[lo])) swap_pair(idx, val, mid, lo);
-        if (fabsf(val[hi]) > fabsf(val[lo])) swap_pair(idx, val, hi, lo);
-        if (fabsf(val[hi]) > fabsf(val[mid])) swap_pair(idx, val, hi, mid);
-        float p = fabsf(val[mid]);
-        size_t i = lo, j = hi;
-        for (;;) {
-            while (fabsf(val[i]) > p) i++;
-            while (fabsf(val[j]) < p) j--;
-            if (i >= j) break;
-            swap_pair(idx, val, i, j);
-            i++;
-            j--;
-        }
-        if (kth <= j) hi = j;
-        else lo = j + 1;
-    }
 }
 
 /* Radix select on the bit patterns of |x| (non-negative floats order like

@@ -1,5 +1,6 @@
-/* Selection helpers for the host engine: k-th largest of a float array and the
- * top k of an index list by |v|. Average O(n), in place, no allocation. */
+/* Selection helpers for the host engine: the k-th largest of a float array
+ * (quickselect, in place), the k-th largest magnitude (radix select, reading
+ * only), and a heap of the largest. O(n), no allocation. */
 #ifndef DGCSHIM_TOPK_H
 #define DGCSHIM_TOPK_H
 
@@ -11,14 +12,8 @@
  * Requires kth < n and no NaN in a. */
 float dgc_topk_kth_largest(float *a, size_t n, size_t kth);
 
-/* Reorders the pairs (idx[i], val[i]), i < n, together so that the first k
- * hold the k largest |val| (ties broken arbitrarily). Working on the values
- * the caller already holds spares a random read per comparison. Requires
- * k <= n, no NaN in val. */
 /* The value of the kth largest |a[i]| (0-based, kth < n), a[] untouched. */
 float dgc_topk_kth_largest_abs(const float *a, size_t n, size_t kth);
-
-void dgc_topk_pairs(uint32_t *idx, float *val, size_t n, size_t k);
 
 /* The `size` largest values pushed so far, as a min-heap over caller memory:
  * after pushing n values, the minimum is the size-th largest of them. A push

@@ -55,11 +55,6 @@ static int cmp_desc(const void *x, const void *y) {
     return (a < b) - (a > b);
 }
 
-static int cmp_u32(const void *x, const void *y) {
-    uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
-    return (a > b) - (a < b);
-}
-
 static float *sorted_desc(const float *a, size_t n) {
     float *s = malloc(n * sizeof *s);
     cr_assert_not_null(s);
@@ -135,103 +130,6 @@ Test(topk_kth_largest, zeros_of_both_signs_count_as_equal) {
     float a[] = {0.0f, -0.0f, 1.0f, -0.0f, 0.0f};
     float got = dgc_topk_kth_largest(a, 5, 1);
     cr_assert(got == 0.0f, "second largest of {0,-0,1,-0,0} is a zero, got %g", got);
-}
-
-/* dgc_topk_pairs over the pairs (idx[i], v[idx[i]]), checking that the pairs
- * stay together. */
-static void topk_indices(uint32_t *idx, size_t n, size_t k, const float *v) {
-    float *val = malloc((n ? n : 1) * sizeof *val);
-    cr_assert_not_null(val);
-    for (size_t i = 0; i < n; i++) val[i] = v[idx[i]];
-    dgc_topk_pairs(idx, val, n, k);
-    for (size_t i = 0; i < n; i++)
-        cr_assert(val[i] == v[idx[i]], "pair %zu split: index %u carries %g, its value is %g", i, idx[i], val[i],
-                  v[idx[i]]);
-    free(val);
-}
-
-/* Checks that idx is a permutation of orig_idx whose first k entries carry the
- * k largest |v| (by a sort of all |v| over orig_idx). */
-static void check_indices(const uint32_t *orig_idx, size_t n, size_t k, const float *v, const char *what) {
-    uint32_t *idx = malloc((n ? n : 1) * sizeof *idx);
-    float *mag = malloc((n ? n : 1) * sizeof *mag);
-    cr_assert(idx && mag);
-    memcpy(idx, orig_idx, n * sizeof *idx);
-    topk_indices(idx, n, k, v);
-
-    for (size_t i = 0; i < n; i++) mag[i] = fabsf(v[orig_idx[i]]);
-    qsort(mag, n, sizeof *mag, cmp_desc);
-    /* The first k chosen magnitudes, sorted, must be exactly the top k. */
-    float *chosen = malloc((k ? k : 1) * sizeof *chosen);
-    cr_assert_not_null(chosen);
-    for (size_t i = 0; i < k; i++) chosen[i] = fabsf(v[idx[i]]);
-    qsort(chosen, k, sizeof *chosen, cmp_desc);
-    for (size_t i = 0; i < k; i++)
-        cr_assert(chosen[i] == mag[i], "%s n=%zu k=%zu: chosen #%zu |v|=%g, sorting says %g", what, n, k, i,
-                  chosen[i], mag[i]);
-
-    /* Still a permutation of the input indices. */
-    uint32_t *a = malloc((n ? n : 1) * sizeof *a), *b = malloc((n ? n : 1) * sizeof *b);
-    cr_assert(a && b);
-    memcpy(a, orig_idx, n * sizeof *a);
-    memcpy(b, idx, n * sizeof *b);
-    qsort(a, n, sizeof *a, cmp_u32);
-    qsort(b, n, sizeof *b, cmp_u32);
-    cr_assert(memcmp(a, b, n * sizeof *a) == 0, "%s n=%zu k=%zu: idx is not a permutation of its input", what,
-              n, k);
-    free(a);
-    free(b);
-    free(chosen);
-    free(mag);
-    free(idx);
-}
-
-Test(topk_indices, matches_sort_of_magnitudes) {
-    static const char *names[FILL_COUNT] = {"random", "duplicates", "all-equal", "negative", "ascending",
-                                            "descending"};
-    rng_seed(2);
-    for (size_t s = 0; s < NSIZES; s++) {
-        size_t n = sizes[s];
-        float *v = malloc(n * sizeof *v);
-        uint32_t *idx = malloc(n * sizeof *idx);
-        cr_assert(v && idx);
-        for (size_t i = 0; i < n; i++) idx[i] = (uint32_t)i;
-        for (int kind = 0; kind < FILL_COUNT; kind++) {
-            fill(v, n, (fill_kind)kind);
-            size_t ks[8];
-            size_t nk = kth_choices(n, ks);
-            for (size_t j = 0; j < nk; j++) check_indices(idx, n, ks[j] + 1, v, names[kind]);
-            check_indices(idx, n, 0, v, names[kind]);
-        }
-        free(idx);
-        free(v);
-    }
-}
-
-Test(topk_indices, uses_magnitude_not_signed_value) {
-    /* The largest |v| are the most negative values here: a signed selection
-     * would pick 3, 2 and 1 instead. */
-    float v[] = {1.0f, -10.0f, 2.0f, -20.0f, 3.0f, -30.0f};
-    uint32_t idx[] = {0, 1, 2, 3, 4, 5};
-    topk_indices(idx, 6, 3, v);
-    int seen[6] = {0};
-    for (int i = 0; i < 3; i++) seen[idx[i]] = 1;
-    cr_assert(seen[1] && seen[3] && seen[5], "top 3 by |v| are indices 1, 3, 5; got %u %u %u", idx[0], idx[1],
-              idx[2]);
-}
-
-Test(topk_indices, works_on_a_sparse_index_subset) {
-    /* The engine calls it on candidate lists, not on 0..n-1. */
-    rng_seed(3);
-    enum { N = 5000, M = 700 };
-    static float v[N];
-    static uint32_t idx[M];
-    fill(v, N, FILL_RANDOM);
-    for (size_t i = 0; i < M; i++) idx[i] = (uint32_t)(rng_next() % N); /* repeats allowed */
-    check_indices(idx, M, 1, v, "subset");
-    check_indices(idx, M, 17, v, "subset");
-    check_indices(idx, M, M - 1, v, "subset");
-    check_indices(idx, M, M, v, "subset");
 }
 
 /* The heap keeps the `size` largest of what was pushed: its minimum is the
