@@ -12,7 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
-/* KIND_CHOICE: one of a list of names (choices_of), stored as its index. */
+/* KIND_CHOICE: one of the row's names, stored (an int) as its index. */
 typedef enum { KIND_BOOL, KIND_UINT, KIND_REAL, KIND_CHOICE } option_kind;
 
 typedef struct {
@@ -25,9 +25,15 @@ typedef struct {
     const char *range;    /* the range as printed in errors and the README */
     int collective;       /* ranks must agree on it */
     size_t offset;        /* where the parsed value lives in dgc_config */
+    const char *const *names; /* KIND_CHOICE: the accepted names, NULL-terminated */
+    const double *only;       /* numbers: the only values accepted within the range, 0-terminated; NULL: all */
 } option_desc;
 
 #define OFF(field) offsetof(dgc_config, field)
+
+static const char *const level_names[] = {"error", "warn", "info", "debug", NULL};
+static const char *const transport_names[] = {"auto", "sparse", "dense", NULL}; /* dgc_transport order */
+static const double widths[] = {16, 32, 0};
 
 static const option_desc options[DGC_OPT_COUNT] = {
     [DGC_OPT_ENABLE] = {"DGC_ENABLE", KIND_BOOL, "1", 0, 1, 0, 0, "0 or 1", 1, OFF(enable)},
@@ -47,7 +53,7 @@ static const option_desc options[DGC_OPT_COUNT] = {
     [DGC_OPT_SAMPLE_RATIO] = {"DGC_SAMPLE_RATIO", KIND_REAL, "0.01", 0, 1, 0, 1, "(0, 1]", 1,
                               OFF(sample_ratio)},
     [DGC_OPT_LOG_LEVEL] = {"DGC_LOG_LEVEL", KIND_CHOICE, "warn", 0, 3, 0, 0, "error, warn, info or debug",
-                           0, OFF(log_level)},
+                           0, OFF(log_level), level_names, NULL},
     [DGC_OPT_STATS] = {"DGC_STATS", KIND_BOOL, "0", 0, 1, 0, 0, "0 or 1", 0, OFF(stats)},
     [DGC_OPT_COMPENSATE] = {"DGC_COMPENSATE", KIND_BOOL, "1", 0, 1, 0, 0, "0 or 1", 1, OFF(compensate)},
     [DGC_OPT_STATE_IDLE_CALLS] = {"DGC_STATE_IDLE_CALLS", KIND_UINT, "1000", 0, 1e12, 0, 0,
@@ -57,23 +63,11 @@ static const option_desc options[DGC_OPT_COUNT] = {
     [DGC_OPT_MAX_STATE_MB] = {"DGC_MAX_STATE_MB", KIND_UINT, "0", 0, 1e9, 0, 0,
                               "integer in [0, 10^9], 0 = no limit", 0, OFF(max_state_mb)},
     [DGC_OPT_TRANSPORT] = {"DGC_TRANSPORT", KIND_CHOICE, "auto", 0, 2, 0, 0, "auto, sparse or dense", 1,
-                           OFF(transport)},
-    /* 16 or 32 only: a UINT whose range is checked again below. */
-    [DGC_OPT_VALUE_BITS] = {"DGC_VALUE_BITS", KIND_UINT, "32", 16, 32, 0, 0, "16 or 32", 1, OFF(value_bits)},
+                           OFF(transport), transport_names, NULL},
+    [DGC_OPT_VALUE_BITS] = {"DGC_VALUE_BITS", KIND_UINT, "32", 16, 32, 0, 0, "16 or 32", 1, OFF(value_bits),
+                            NULL, widths},
 };
 
-static const char *const level_names[] = {"error", "warn", "info", "debug"};
-static const char *const transport_names[] = {"auto", "sparse", "dense"}; /* dgc_transport order */
-
-/* The names a KIND_CHOICE option accepts, in the order of their values. */
-static const char *const *choices_of(const option_desc *o, size_t *count) {
-    if (o->offset == OFF(transport)) {
-        *count = sizeof transport_names / sizeof transport_names[0];
-        return transport_names;
-    }
-    *count = sizeof level_names / sizeof level_names[0];
-    return level_names;
-}
 
 static void *field(dgc_config *cfg, const option_desc *o) { return (char *)cfg + o->offset; }
 static const void *cfield(const dgc_config *cfg, const option_desc *o) {
@@ -84,7 +78,10 @@ static int in_range(const option_desc *o, double x) {
     if (!(x >= o->lo) || !(x <= o->hi)) return 0; /* also rejects NaN */
     if (o->lo_open && x == o->lo) return 0;
     if (o->hi_open && x == o->hi) return 0;
-    return 1;
+    if (!o->only) return 1;
+    for (const double *v = o->only; *v != 0; v++) /* a width, say: in range is not enough */
+        if (x == *v) return 1;
+    return 0;
 }
 
 /* strtod and strtoull skip these (isspace in the C locale) and then accept a
@@ -119,10 +116,8 @@ static int parse_number(const option_desc *o, const char *text, double *out) {
 }
 
 static int parse_choice(const option_desc *o, const char *text, double *out) {
-    size_t count;
-    const char *const *names = choices_of(o, &count);
-    for (size_t i = 0; i < count; i++) {
-        if (strcasecmp(text, names[i]) == 0) {
+    for (size_t i = 0; o->names[i]; i++) {
+        if (strcasecmp(text, o->names[i]) == 0) {
             *out = (double)i;
             return 1;
         }
@@ -143,7 +138,6 @@ static int parse_one(dgc_config *cfg, const option_desc *o, const char *text) {
     double x = 0;
     int ok = o->kind == KIND_CHOICE ? parse_choice(o, text, &x) : parse_number(o, text, &x);
     if (!ok || !in_range(o, x)) return 0;
-    if (o->offset == OFF(value_bits) && x != 16 && x != 32) return 0; /* a width, not a range */
     store(cfg, o, x);
     return 1;
 }
@@ -205,10 +199,7 @@ static int describe_one(const dgc_config *cfg, const option_desc *o, char *buf, 
     const void *p = cfield(cfg, o);
     switch (o->kind) {
     case KIND_BOOL: return snprintf(buf, len, "%s=%d", o->name, *(const int *)p);
-    case KIND_CHOICE: {
-        size_t count;
-        return snprintf(buf, len, "%s=%s", o->name, choices_of(o, &count)[*(const int *)p]);
-    }
+    case KIND_CHOICE: return snprintf(buf, len, "%s=%s", o->name, o->names[*(const int *)p]);
     case KIND_UINT:
         return snprintf(buf, len, "%s=%llu", o->name, (unsigned long long)*(const uint64_t *)p);
     case KIND_REAL: return describe_real(o->name, *(const double *)p, buf, len);
