@@ -71,36 +71,49 @@ int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
 }
 
 /* A buffer is its output address; one reduced from a send buffer of its own
- * (not in place) adds that, since one output can serve several inputs. */
-static void print_row(const dgc_buffer *b, void *ctx) {
-    dgc_buffer_stats *total = ctx;
+ * (not in place) adds that, since one output can serve several inputs. A
+ * buffer whose states were all freed before the report (its communicator
+ * freed, or idle) is marked with a '*'. */
+typedef struct {
+    dgc_buffer_stats total;
+    uint64_t freed_rows;
+} report_acc;
+
+static void print_row(const dgc_report_row *r, void *ctx) {
+    report_acc *acc = ctx;
     char label[48], row[288];
-    if (b->send) snprintf(label, sizeof label, "%p<%p", b->buf, b->send);
-    else snprintf(label, sizeof label, "%p", b->buf);
-    dgc_stats_row(label, b->count, &b->stats, row, sizeof row);
+    const char *mark = r->live ? "" : "*";
+    if (r->send) snprintf(label, sizeof label, "%p<%p%s", r->buf, r->send, mark);
+    else snprintf(label, sizeof label, "%p%s", r->buf, mark);
+    dgc_stats_row(label, r->count, &r->stats, row, sizeof row);
     dgc_log_tagged("STATS", "%s", row);
-    dgc_stats_add(total, &b->stats);
+    dgc_stats_add(&acc->total, &r->stats);
+    acc->freed_rows += !r->live;
 }
 
 void dgc_stats_report(void) {
     char row[256];
     dgc_stats_header(row, sizeof row);
     dgc_log_tagged("STATS", "%s", row);
-    dgc_buffer_stats total = {0};
-    dgc_registry_each(print_row, &total);
+    report_acc acc = {0};
+    dgc_registry_each_row(print_row, &acc);
     dgc_registry_totals t;
     dgc_registry_totals_get(&t);
-    if (t.released_states) {
+    if (t.released_unkeyed_states) { /* past DGC_RELEASED_ROWS keys */
         char label[32];
-        snprintf(label, sizeof label, "released(%llu)", (unsigned long long)t.released_states);
-        dgc_stats_row(label, 0, &t.released, row, sizeof row);
+        snprintf(label, sizeof label, "freed(%llu)", (unsigned long long)t.released_unkeyed_states);
+        dgc_stats_row(label, 0, &t.released_unkeyed, row, sizeof row);
         dgc_log_tagged("STATS", "%s", row);
-        dgc_stats_add(&total, &t.released);
+        dgc_stats_add(&acc.total, &t.released_unkeyed);
     }
-    dgc_stats_row("total", 0, &total, row, sizeof row);
+    dgc_stats_row("total", 0, &acc.total, row, sizeof row);
     dgc_log_tagged("STATS", "%s", row);
+    if (acc.freed_rows)
+        dgc_log_tagged("STATS", "*: %llu buffer%s whose states were freed before this report (communicator freed, "
+                       "or idle for DGC_STATE_IDLE_CALLS calls)", (unsigned long long)acc.freed_rows,
+                       acc.freed_rows == 1 ? "" : "s");
     dgc_log_tagged("STATS", "pass-through calls %llu, compressed calls %llu, summed densely over budget %llu, "
-                   "failed for memory %llu", (unsigned long long)t.passthrough, (unsigned long long)total.calls,
+                   "failed for memory %llu", (unsigned long long)t.passthrough, (unsigned long long)acc.total.calls,
                    (unsigned long long)t.over_budget, (unsigned long long)t.failed);
     dgc_log_tagged("STATS", "memory: %llu bytes in %llu live states (released %llu), peak %llu bytes",
                    (unsigned long long)t.bytes, (unsigned long long)t.live_states,

@@ -25,6 +25,8 @@ static dgc_comm **comms;
 static size_t ncomms, comms_cap;
 static uint64_t next_comm_id = 1;
 static dgc_registry_totals totals;
+static dgc_report_row *released_rows; /* live is 0 in every one of them */
+static size_t nreleased_rows, released_rows_cap;
 static _Atomic uint64_t passthrough, over_budget, failed;
 static int hooks[DGC_HOOK_COUNT] = {-1, -1};
 static void *_Atomic slots[DGC_SLOT_COUNT];
@@ -138,10 +140,37 @@ uint64_t dgc_registry_comm_unbind(const void *handle) {
     return id;
 }
 
+static dgc_report_row *released_row_of(const void *send, const void *buf, uint64_t count) {
+    for (size_t i = 0; i < nreleased_rows; i++) {
+        dgc_report_row *r = &released_rows[i];
+        if (r->send == send && r->buf == buf && r->count == count) return r;
+    }
+    return NULL;
+}
+
+/* Under the lock: folds a freed entry's statistics into its key's row. */
+static void keep_released_stats(const dgc_buffer *b) {
+    dgc_stats_add(&totals.released, &b->stats);
+    dgc_report_row *r = released_row_of(b->send, b->buf, b->count);
+    if (!r && nreleased_rows < DGC_RELEASED_ROWS &&
+        grow((void **)&released_rows, &released_rows_cap, nreleased_rows + 1, sizeof *released_rows) == 0) {
+        r = &released_rows[nreleased_rows++];
+        *r = (dgc_report_row){.send = b->send, .buf = b->buf, .count = b->count};
+    }
+    if (r) {
+        dgc_stats_add(&r->stats, &b->stats);
+        if (b->stats.calls) r->stats.last_wire_bytes = b->stats.last_wire_bytes; /* the latest, not a sum */
+        r->states++;
+    } else {
+        dgc_stats_add(&totals.released_unkeyed, &b->stats);
+        totals.released_unkeyed_states++;
+    }
+}
+
 /* Under the lock: frees an entry, keeping its statistics in the totals. */
 static void release_buffer(dgc_buffer *b) {
     if (b->gpu_release) b->gpu_release(b); /* first: it brings the statistics up to date */
-    dgc_stats_add(&totals.released, &b->stats);
+    keep_released_stats(b);
     totals.released_states++;
     totals.live_states--;
     add_bytes(0, b->bytes);
@@ -390,6 +419,28 @@ void dgc_registry_account(dgc_buffer *b) {
 void dgc_registry_each(void (*fn)(const dgc_buffer *b, void *ctx), void *ctx) {
     pthread_mutex_lock(&lock);
     for (size_t i = 0; i < nbuffers; i++) fn(buffers[i], ctx);
+    pthread_mutex_unlock(&lock);
+}
+
+void dgc_registry_each_row(void (*fn)(const dgc_report_row *r, void *ctx), void *ctx) {
+    pthread_mutex_lock(&lock);
+    unsigned char *merged = nreleased_rows ? calloc(nreleased_rows, 1) : NULL;
+    for (size_t i = 0; i < nbuffers; i++) {
+        const dgc_buffer *b = buffers[i];
+        dgc_report_row row = {.send = b->send, .buf = b->buf, .count = b->count, .states = 1, .live = 1,
+                              .stats = b->stats};
+        dgc_report_row *r = released_row_of(b->send, b->buf, b->count);
+        size_t at = r ? (size_t)(r - released_rows) : 0;
+        if (r && merged && !merged[at]) { /* one live entry takes it, should two communicators share a key */
+            merged[at] = 1;
+            dgc_stats_add(&row.stats, &r->stats);
+            row.states += r->states;
+        }
+        fn(&row, ctx);
+    }
+    for (size_t i = 0; i < nreleased_rows; i++)
+        if (!merged || !merged[i]) fn(&released_rows[i], ctx);
+    free(merged); /* without it (no memory), live rows left out what was freed, which is printed on its own */
     pthread_mutex_unlock(&lock);
 }
 

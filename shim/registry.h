@@ -176,10 +176,32 @@ void dgc_registry_account(dgc_buffer *b);
 /* Calls fn for every live buffer entry, in creation order. */
 void dgc_registry_each(void (*fn)(const dgc_buffer *b, void *ctx), void *ctx);
 
+/* Freed states keep their statistics under their (send, buf, count), one row
+ * per key, up to this many keys (the rest only in the totals): frameworks
+ * such as Horovod free their communicators before MPI_Finalize, and a report
+ * without the buffers they compressed would say nothing. */
+#define DGC_RELEASED_ROWS 4096
+
+/* One row of the statistics report. */
+typedef struct {
+    const void *send, *buf;
+    uint64_t count;
+    uint64_t states;  /* states that held this key: freed ones, plus 1 if live */
+    int live;         /* a live entry has this key */
+    dgc_buffer_stats stats; /* the live entry's and the freed states' together */
+} dgc_report_row;
+
+/* Calls fn (under the registry's lock: fn must not call into it) for each
+ * live entry, in creation order, with the freed states of the same key folded
+ * in, then for each key seen only in freed states, in order of first release. */
+void dgc_registry_each_row(void (*fn)(const dgc_report_row *r, void *ctx), void *ctx);
+
 /* Process-wide figures for the statistics report. */
 typedef struct {
     dgc_buffer_stats released; /* of states freed before now (idle or communicator freed) */
     uint64_t released_states;
+    dgc_buffer_stats released_unkeyed; /* of those, the ones past DGC_RELEASED_ROWS keys */
+    uint64_t released_unkeyed_states;
     uint64_t live_states;
     size_t bytes, peak_bytes;  /* memory held by states and exchange buffers (reserves included) */
     uint64_t passthrough;      /* pass-through calls, counted only when statistics are on */

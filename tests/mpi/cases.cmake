@@ -97,6 +97,12 @@ set(LIFE --check $<TARGET_FILE:lifetime_check> ${EXACT} -e DGC_VALUE_BITS=32)
 mpi_case(comm_disconnect_then_dup ${LIFE} -e DGC_MOMENTUM=0.9 -- comm_reuse --free disconnect)
 mpi_case(comm_disconnect_then_dup_no_momentum ${LIFE} -- comm_reuse --free disconnect)
 mpi_case(comm_free_then_dup ${LIFE} -e DGC_MOMENTUM=0.9 -- comm_reuse --free free)
+# Both communicators are freed before MPI_Finalize (as Horovod does): the
+# report still has the buffer's row (marked freed: 3 calls on the half-size
+# communicator, 2 on the duplicate, one key) and counts its calls.
+mpi_case(comm_freed_stats_kept ${LIFE} -e DGC_STATS=1 --grep "STATS 0x[0-9a-f]+<0x[0-9a-f]+[*] +[0-9]+ +5 "
+         --grep "STATS total +0 +5 " --grep "compressed calls 5," --grep "STATS [*]: 1 buffer whose states were freed"
+         -- comm_reuse --free free)
 # Two tensors reduced into one recycled (or shared) output address keep
 # separate residuals.
 mpi_case(recycled_output_address ${LIFE} -- recycled --n 20000)
