@@ -91,6 +91,25 @@ static void warn_growth(dgc_comm *c, uint64_t count) {
              (unsigned long long)count);
 }
 
+/* A buffer all-reduced with this many distinct counts is taken for a fusion
+ * buffer: two can be a framework's first step (DDP's all-parameter bucket). */
+#define FUSION_COUNTS 3
+
+/* One buffer with ever new counts: a fusion buffer packing different tensors
+ * each step (Horovod's tensor fusion): said once per communicator. */
+static void warn_fusion(dgc_comm *c, const void *key, const void *rb, uint64_t count) {
+    if (c->fusion_warned) return;
+    uint64_t counts = dgc_registry_counts_at(c, key, rb);
+    if (counts < FUSION_COUNTS) return;
+    c->fusion_warned = 1;
+    DGC_WARN("the buffer at %p has been all-reduced with %llu different element counts (the latest %llu): a "
+             "fusion buffer that packs different tensors from step to step, so the residual kept at an offset "
+             "belongs to another tensor the next step. Give each gradient a buffer of its own: with Horovod set "
+             "HOROVOD_FUSION_THRESHOLD=0 (each gradient all-reduced in place), or pass groups=1 to "
+             "hvd.DistributedOptimizer (one fused buffer of a fixed layout); see the README, 'Frameworks'",
+             rb, (unsigned long long)counts, (unsigned long long)count);
+}
+
 /* The buffer entry of this call, and how this rank takes part. */
 static int find_state(dgc_comm *c, const void *sb, const void *rb, const dgc_step_params *p, int nranks,
                       const dgc_config *cfg, dgc_buffer **b) {
@@ -115,6 +134,7 @@ static int find_state(dgc_comm *c, const void *sb, const void *rb, const dgc_ste
         return DGC_PART_FAILED;
     }
     warn_growth(c, p->n);
+    warn_fusion(c, key, rb, p->n);
     return DGC_PART_STATE;
 }
 

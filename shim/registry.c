@@ -296,6 +296,17 @@ uint64_t dgc_registry_free_idle(dgc_comm *c, uint64_t idle_calls) {
     return freed;
 }
 
+uint64_t dgc_registry_counts_at(dgc_comm *c, const void *send, const void *buf) {
+    uint64_t found = 0;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < nbuffers; i++) {
+        const dgc_buffer *b = buffers[i];
+        found += b->comm == c->id && b->send == send && b->buf == buf;
+    }
+    pthread_mutex_unlock(&lock);
+    return found;
+}
+
 dgc_buffer *dgc_registry_find(dgc_comm *c, const void *send, const void *buf, uint64_t count) {
     dgc_buffer *found = NULL;
     pthread_mutex_lock(&lock);

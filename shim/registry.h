@@ -47,7 +47,7 @@ typedef struct {
     size_t head;         /* the largest payload exchanged in one all-gather (a multiple of 8) */
     void *reserve;       /* head bytes to send + nranks * head to receive, reserved ahead */
     uint64_t live, created; /* buffer states on it now, and ever */
-    int growth_warned, budget_warned;
+    int growth_warned, budget_warned, fusion_warned;
     int table_full_warned;
     dgc_comm_counters *counters;
 } dgc_comm;
@@ -136,6 +136,11 @@ uint64_t dgc_registry_free_idle(dgc_comm *c, uint64_t idle_calls);
  * under the registry's lock: drop must not call into the registry). Returns
  * how many were freed. */
 uint64_t dgc_registry_release_where(dgc_comm *c, int (*drop)(const dgc_buffer *b, const void *ctx), const void *ctx);
+
+/* How many live entries on c have this send and output buffer, whatever
+ * their count: more than one or two is the sign of a fusion buffer that
+ * packs different tensors from call to call. */
+uint64_t dgc_registry_counts_at(dgc_comm *c, const void *send, const void *buf);
 
 /* The entry for (send, buf, count) on c, or NULL. */
 dgc_buffer *dgc_registry_find(dgc_comm *c, const void *send, const void *buf, uint64_t count);

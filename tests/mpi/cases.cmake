@@ -113,6 +113,13 @@ mpi_case(growing_states_warned ${LIFE} --times 4 "buffer states live on one comm
          -- growth --n 16384 --buffers 600 --rounds 1 --fresh 1)
 mpi_case(many_persistent_buffers_not_warned ${LIFE} --times 0 "buffer states live on one communicator"
          -- growth --n 16384 --buffers 300 --rounds 3)
+# One buffer all-reduced with ever new counts (Horovod's tensor fusion): the
+# shim warns once per rank and names the fix; two counts at one address (a
+# framework's first step) are no such sign.
+mpi_case(fusion_buffer_warned ${LIFE} --times 4 "a fusion buffer that packs different tensors"
+         --grep "HOROVOD_FUSION_THRESHOLD=0" -- fusion --n 40000 --buffers 4 --rounds 3)
+mpi_case(two_counts_one_buffer_not_warned ${LIFE} --times 0 "a fusion buffer"
+         -- fusion --n 40000 --buffers 2 --rounds 3)
 # States unused for DGC_STATE_IDLE_CALLS calls are freed: memory stays bounded.
 mpi_case(idle_states_freed ${LIFE} -e DGC_STATE_IDLE_CALLS=10 -e DGC_STATS=1 --asan quarantine_size_mb=0
          --grep "memory: [0-9]+ bytes in ([0-9]|1[01]) live states \\(released 6[89]\\)"

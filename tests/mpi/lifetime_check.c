@@ -23,6 +23,9 @@
  *       R rounds over B persistent send buffers, or (--fresh) a new send
  *       buffer for every call: the case greps for the shim's warning about
  *       live states that keep growing
+ *   lifetime_check fusion --n N --buffers C --rounds R
+ *       one buffer all-reduced in place R rounds over C distinct counts, as
+ *       a fusion buffer is: the case greps for the shim's fusion warning
  *   lifetime_check memory --n N --warmup W --momentum m
  *       resident memory during warm-up and after it against the README's
  *       formula
@@ -290,6 +293,21 @@ static void mode_memory(const options *o) {
     if (rank == 0) printf("PASS memory\n");
 }
 
+/* ---- one buffer, several counts in turn (a fusion buffer) ---- */
+static void mode_fusion(const options *o) {
+    long n = o->n;
+    float *buf = malloc((size_t)n * sizeof *buf);
+    for (long r = 0; r < o->rounds; r++)
+        for (long c = 0; c < o->buffers; c++) {
+            long count = n - c * (n / (2 * o->buffers)); /* distinct, all above DGC_MIN_ELEMENTS */
+            fill_grad(buf, rank, r, count);
+            MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            check_identical(buf, count, MPI_COMM_WORLD, "fusion buffer");
+        }
+    free(buf);
+    if (rank == 0) printf("PASS fusion\n");
+}
+
 static void parse(int argc, char **argv, options *o) {
     *o = (options){.n = 40000, .buffers = 100, .rounds = 3, .idle = 10, .sparsity = 0.99, .free_how = "free"};
     for (int i = 2; i + 1 < argc; i += 2) {
@@ -320,6 +338,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "budget")) mode_budget(&o);
     else if (!strcmp(mode, "memory")) mode_memory(&o);
     else if (!strcmp(mode, "growth")) mode_growth(&o);
+    else if (!strcmp(mode, "fusion")) mode_fusion(&o);
     else fail("unknown mode '%s'", mode);
     MPI_Finalize();
     return 0;
