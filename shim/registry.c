@@ -279,9 +279,18 @@ uint64_t dgc_registry_release_where(dgc_comm *c, int (*drop)(const dgc_buffer *b
     return freed;
 }
 
+static int growing_after_reuse(const dgc_comm *c) {
+    if (!c->reuse_call) return 0;
+    uint64_t created = c->created - c->reuse_created, calls = c->calls - c->reuse_call;
+    return created >= DGC_GROWTH_AFTER_REUSE && 2 * created > calls;
+}
+
+static int growing_by_volume(const dgc_comm *c) {
+    return c->live >= DGC_GROWTH_STATES && c->calls >= DGC_GROWTH_CALLS && 2 * c->created > c->calls;
+}
+
 int dgc_registry_growth_first(dgc_comm *c) {
-    if (c->growth_warned || c->live < DGC_GROWTH_STATES || c->calls < DGC_GROWTH_CALLS || 2 * c->created <= c->calls)
-        return 0;
+    if (c->growth_warned || !(growing_after_reuse(c) || growing_by_volume(c))) return 0;
     c->growth_warned = 1;
     return 1;
 }
@@ -316,6 +325,10 @@ dgc_buffer *dgc_registry_find(dgc_comm *c, const void *send, const void *buf, ui
     }
     pthread_mutex_unlock(&lock);
     if (found) found->last_call = c->calls;
+    if (found && !c->reuse_call) {
+        c->reuse_call = c->calls;
+        c->reuse_created = c->created;
+    }
     return found;
 }
 

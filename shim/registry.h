@@ -47,6 +47,7 @@ typedef struct {
     size_t head;         /* the largest payload exchanged in one all-gather (a multiple of 8) */
     void *reserve;       /* head bytes to send + nranks * head to receive, reserved ahead */
     uint64_t live, created; /* buffer states on it now, and ever */
+    uint64_t reuse_call, reuse_created; /* calls and created at the first call that found its state (0: none yet) */
     int growth_warned, budget_warned, fusion_warned;
     int table_full_warned;
     dgc_comm_counters *counters;
@@ -121,11 +122,15 @@ void dgc_registry_undo_step(dgc_comm *c, uint64_t count);
 /* 1 the first time c shows the sign of fresh buffers every call, 0 before
  * and after: live states that keep growing, each starting from an empty
  * residual and stranding what it kept. Persistent buffers stop creating
- * states after the first iteration, so creations outnumbering reuses once
- * there are DGC_GROWTH_STATES states and DGC_GROWTH_CALLS calls is the
- * sign. Each front end words its own warning. */
+ * states after the first iteration, so two signs count: creations still
+ * outnumbering reuses once there are DGC_GROWTH_STATES states and
+ * DGC_GROWTH_CALLS calls; or, sooner, DGC_GROWTH_AFTER_REUSE creations
+ * after the first call that found its state (the second iteration had
+ * begun), more than half of the calls since. Each front end words its own
+ * warning. */
 #define DGC_GROWTH_STATES 256
 #define DGC_GROWTH_CALLS 512
+#define DGC_GROWTH_AFTER_REUSE 32
 int dgc_registry_growth_first(dgc_comm *c);
 
 /* Frees the states on c unused for more than idle_calls of its calls (0:

@@ -111,6 +111,10 @@ mpi_case(shared_output_buffer ${LIFE} -- recycled --n 20000 --shared-out 1)
 # growing; 300 persistent buffers over 3 rounds are no such sign.
 mpi_case(growing_states_warned ${LIFE} --times 4 "buffer states live on one communicator"
          -- growth --n 16384 --buffers 600 --rounds 1 --fresh 1)
+# Sooner when a call has found its state (a second iteration began) and new
+# states still come with most calls: 40 calls suffice.
+mpi_case(growing_states_warned_after_reuse ${LIFE} --times 4 "buffer states live on one communicator"
+         -- growth --n 16384 --buffers 40 --rounds 1 --fresh 2)
 mpi_case(many_persistent_buffers_not_warned ${LIFE} --times 0 "buffer states live on one communicator"
          -- growth --n 16384 --buffers 300 --rounds 3)
 # One buffer all-reduced with ever new counts (Horovod's tensor fusion): the

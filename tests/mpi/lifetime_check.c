@@ -225,6 +225,7 @@ static void mode_growth(const options *o) {
     float **in = calloc((size_t)calls, sizeof *in);
     for (long c = 0; c < calls; c++) {
         long b = o->fresh ? c : c % o->buffers;
+        if (o->fresh == 2 && c == 1) b = 0; /* one reuse early on, then fresh ones (TensorFlow's way) */
         if (!in[b]) { /* fresh buffers are kept, so that none reuses an address */
             in[b] = malloc((size_t)n * sizeof *in[b]);
             fill_grad(in[b], rank, b, n);
