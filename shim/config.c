@@ -64,6 +64,8 @@ static const option_desc options[DGC_OPT_COUNT] = {
                               "integer in [0, 10^9], 0 = no limit", 0, OFF(max_state_mb)},
     [DGC_OPT_TRANSPORT] = {"DGC_TRANSPORT", KIND_CHOICE, "auto", 0, 2, 0, 0, "auto, sparse or dense", 1,
                            OFF(transport), transport_names, NULL},
+    /* 16: each payload's values as binary16 under one power-of-two scale
+     * (wire_compact.h), 11 significant bits; 32: fp32. */
     [DGC_OPT_VALUE_BITS] = {"DGC_VALUE_BITS", KIND_UINT, "32", 16, 32, 0, 0, "16 or 32", 1, OFF(value_bits),
                             NULL, widths},
 };

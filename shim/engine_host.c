@@ -42,6 +42,7 @@ struct dgc_state {
     float *cand_val;   /* their updated values, kept so nothing re-reads v_next */
     uint64_t cand_cap;
     uint64_t nsel;
+    int scale_exp; /* the selection's 16-bit scale (dgc_compact_scale16): pack sets it, commit uses it */
     float *scratch; /* sample values, or |v| for the exact fallback */
     uint64_t scratch_cap;
 };
@@ -288,7 +289,7 @@ static int select_exact(dgc_state *s, uint64_t k) {
 /* The exact top k of the ncand candidates (more than k of them), kept in
  * index order: the k-th largest |value| t (a radix select, in place), then those above t,
  * then ties at t, in order, up to k (select_exact's rule, and the CUDA
- * engine's). Sorted payloads are what the compact encoding codes as gaps. */
+ * engine's). Sorted payloads are what the compact encoding needs (Elias-Fano). */
 static int select_candidates(dgc_state *s, uint64_t ncand, uint64_t k) {
     float t = dgc_topk_kth_largest_abs(s->cand_val, ncand, k - 1); /* no copy: a radix select */
     uint64_t above = 0;
@@ -307,14 +308,18 @@ static int select_candidates(dgc_state *s, uint64_t ncand, uint64_t k) {
     return 0;
 }
 
-static void pack(const dgc_state *s, const dgc_step_params *p, uint32_t flags, void *payload) {
+static void pack(dgc_state *s, const dgc_step_params *p, uint32_t flags, void *payload) {
     dgc_wire_header h = {DGC_WIRE_MAGIC, flags, p->step, s->n, p->k};
     memcpy(payload, &h, sizeof h);
     uint32_t *idx = dgc_wire_indices(payload);
     float *val = dgc_wire_values(payload, p->k);
+    /* One scale for the whole payload, from the values before rounding: the
+     * compact encoding carries it once, and it keeps the largest value's 11
+     * significant bits. */
+    s->scale_exp = p->value_bits == 16 ? dgc_compact_scale16(s->cand_val, s->nsel) : 0;
     for (uint64_t j = 0; j < s->nsel; j++) {
         idx[j] = s->cand[j];
-        val[j] = dgc_compact_value(s->cand_val[j], p->value_bits); /* what every rank will add */
+        val[j] = dgc_compact_value(s->cand_val[j], p->value_bits, s->scale_exp); /* what every rank will add */
     }
     for (uint64_t j = s->nsel; j < p->k; j++) {
         idx[j] = 0;
@@ -372,7 +377,7 @@ void dgc_commit(dgc_state *s, const dgc_step_params *p) {
         /* Error feedback: the residual keeps what rounding the value for the
          * wire lost (with 32-bit values x - x, +0: what was sent is gone). */
         uint32_t i = s->cand[j];
-        s->v[i] = s->cand_val[j] - dgc_compact_value(s->cand_val[j], p->value_bits);
+        s->v[i] = s->cand_val[j] - dgc_compact_value(s->cand_val[j], p->value_bits, s->scale_exp);
         if (u) u[i] = 0.0f;
     }
     s->nsel = 0;

@@ -39,7 +39,7 @@ static int compensating(const dgc_step_params *p, const dgc_config *cfg);
 
 /* A call's payloads: the engine writes and the decoder reads the plain
  * layout (wire.h: 8 bytes a pair); the sparse all-gather carries them in the
- * compact encoding (wire_compact.h: indices as gaps, 16- or 32-bit values),
+ * compact encoding (wire_compact.h: Elias-Fano indices, 16- or 32-bit values),
  * encoded after the compression and expanded, checked, after the gather. */
 typedef struct {
     size_t bytes; /* one payload on the wire: compact */
@@ -69,7 +69,8 @@ static int encode(dgc_buffer *b, const dgc_step_params *p, const layout *l) {
         return -1;
     }
     if (l->dense || dgc_compact_encode(b->payload, &l->code, b->wire) == 0) return 0;
-    DGC_ERROR("the engine's payload for a %llu-element buffer could not be encoded (unsorted pairs): a bug",
+    DGC_ERROR("the engine's payload for a %llu-element buffer could not be encoded (unsorted pairs or values not "
+              "rounded for the wire): a bug",
               (unsigned long long)b->count);
     return -1;
 }

@@ -36,7 +36,7 @@ typedef struct dgc_config {
     uint64_t state_idle_calls; /* DGC_STATE_IDLE_CALLS, 0 = never */
     uint64_t max_state_mb;   /* DGC_MAX_STATE_MB, 0 = no limit */
     int transport;           /* DGC_TRANSPORT, a dgc_transport */
-    uint64_t value_bits;     /* DGC_VALUE_BITS: 16 or 32 */
+    uint64_t value_bits;     /* DGC_VALUE_BITS: 16 (scaled binary16, wire_compact.h) or 32 (fp32) */
 } dgc_config;
 
 /* How a compressed call's selected pairs travel (DGC_TRANSPORT). */

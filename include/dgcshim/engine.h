@@ -41,7 +41,8 @@ typedef struct {
     double clip_norm;     /* DGC_CLIP_NORM (0 = off) */
     int nranks;           /* for the N^-1/2 clipping scale */
     double sample_ratio;  /* DGC_SAMPLE_RATIO */
-    unsigned value_bits;  /* DGC_VALUE_BITS: 32, or 16 (bf16 on the wire, the rounding kept in the residual) */
+    unsigned value_bits;  /* DGC_VALUE_BITS: 32, or 16 (binary16 under a per-payload power-of-two scale on the
+                           * wire, dgc_compact_value; the rounding kept in the residual) */
 } dgc_step_params;
 
 /* The threshold sample of one call, shared by the host and CUDA engines so

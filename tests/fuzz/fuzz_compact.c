@@ -7,13 +7,16 @@
  * Input: 7 choice bytes, then the compact payload, zero-padded or truncated
  * to the layout's bytes:
  *   [0] bit 0: value bits (0: 32, 1: 16); bits 1-2: errlen (2, 7, 64 or 256);
- *       bit 3: take the count field mod k + 2, so that decoding is reached
- *       without the fuzzer solving the count first;
- *       bits 4-5: how many of bytes [1..4] make n - 1 (1 to 4)
+ *       bit 3: take the count (bits 0..39 of the count word) mod k + 2, so
+ *       that decoding is reached without the fuzzer solving the count first;
+ *       bits 4-5: how many of bytes [1..4] make n - 1 (1 to 4);
+ *       bit 6: clear the count word's reserved bits 40..47
  *   [1..4] n - 1, little endian (n from 1 to 2^32)
  *   [5..6] k - 1 (little endian, mod min(n, 256))
  * The verdict and the decoded pairs are checked against a bit-at-a-time
- * reference decoder written here from the format's description. */
+ * reference expander written here from the format's description (its values
+ * through double arithmetic, not the shim's integer conversions). */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,35 +43,101 @@ static uint64_t ref_field(const unsigned char *area, uint64_t first_bit, unsigne
 
 static uint64_t words(uint64_t bits) { return (bits + 63) / 64; }
 
-/* The reference: 0 and the pairs when the payload is sound, else -1. */
-static int ref_expand(const unsigned char *c, const dgc_compact_layout *L, uint64_t *count_out, uint32_t *idx,
-                      uint32_t *val) {
-    const uint64_t k = L->k, b = L->code_bits, vb = L->value_bits, M = (UINT64_C(1) << b) - 1;
-    const uint64_t limit = L->n < (UINT64_C(1) << 32) ? L->n : (UINT64_C(1) << 32);
-    const unsigned char *codes = c + 40, *values = codes + 8 * words(L->codes * b);
-    uint64_t count;
-    memcpy(&count, c + 32, 8);
-    if (count > k) return -1;
-    for (uint64_t i = count * vb; i < 64 * words(k * vb); i++)
-        if (ref_bit(values, i)) return -1;
-    uint64_t used = 0, next = 0;
-    for (uint64_t j = 0; j < count; j++) {
-        uint64_t i = next, code;
-        do {
-            if (used >= L->codes) return -1;
-            code = ref_field(codes, used++ * b, (unsigned)b);
-            i += code;
-            if (i >= limit) return -1;
-        } while (code == M);
-        idx[j] = (uint32_t)i;
-        val[j] = (uint32_t)ref_field(values, j * vb, (unsigned)vb) << (32 - vb);
-        next = i + 1;
+/* Any set bit in [from, to) of an area. */
+static int ref_any(const unsigned char *area, uint64_t from, uint64_t to) {
+    for (uint64_t i = from; i < to; i++)
+        if (ref_bit(area, i)) return 1;
+    return 0;
+}
+
+static uint32_t float_to_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return u;
+}
+
+/* A value slot as fp32 bits: 0, or -1 when it stands for no finite fp32.
+ * *mag gets |value| (for the scale's check). */
+static int ref_value(uint32_t slot, unsigned vb, int e, uint32_t *out, double *mag) {
+    if (vb == 32) {
+        if (((slot >> 23) & 0xffu) == 0xffu) return -1;
+        *out = slot;
+        *mag = 0;
+        return 0;
     }
-    for (uint64_t i = used * b; i < 64 * words(L->codes * b); i++)
-        if (ref_bit(codes, i)) return -1;
+    unsigned field = (slot >> 10) & 31u, frac = slot & 1023u;
+    if (field == 31) return -1;
+    double y = field ? ldexp(1024 + frac, (int)field - 25) : ldexp(frac, -24);
+    double x = ldexp(y, e - 14);
+    float f = (float)x;
+    if ((double)f != x) return -1; /* fp32 cannot hold it */
+    if (slot & 0x8000u) f = -f;
+    *out = float_to_bits(f);
+    *mag = x;
+    return 0;
+}
+
+/* The reference: 0 and the pairs when the payload is sound, else -1. */
+static int ref_expand(const unsigned char *c, const dgc_compact_layout *L, uint64_t *count_out, int *scale,
+                      uint32_t *idx, uint32_t *val) {
+    const uint64_t n = L->n, k = L->k, vb = L->value_bits;
+    /* The layout, by brute force. */
+    unsigned lb = 0;
+    uint64_t best = UINT64_MAX;
+    for (unsigned l = 0; l <= 32; l++) {
+        uint64_t cost = k * l + k + (n - 1) / ((uint64_t)1 << l);
+        if (cost < best) best = cost, lb = l;
+    }
+    const uint64_t U = k + (n - 1) / ((uint64_t)1 << lb);
+    const unsigned char *upper = c + 40, *low = upper + 8 * words(U), *values = low + 8 * words(k * lb);
+    if (L->low_bits != lb || L->upper_bits != U || L->bytes != (size_t)(values - c) + 8 * words(k * vb)) return -1;
+    const uint64_t limit = n < (UINT64_C(1) << 32) ? n : (UINT64_C(1) << 32);
+
+    const uint64_t word = ref_field(c + 32, 0, 64), count = word & ((UINT64_C(1) << 40) - 1);
+    const int e = (int16_t)(uint16_t)(word >> 48);
+    if ((word >> 40) & 0xff) return -1;
+    if (count > k) return -1;
+    if (vb == 32 && e != 0) return -1;
+    if (e < -149 || e > 127) return -1;
+    if (ref_any(values, count * vb, 64 * words(k * vb))) return -1;
+    if (ref_any(low, count * lb, 64 * words(k * lb))) return -1;
+
+    uint64_t j = 0, prev = 0;
+    for (uint64_t p = 0; p < 64 * words(U); p++) {
+        if (!ref_bit(upper, p)) continue;
+        if (p >= U || j >= count) return -1;
+        uint64_t high = p - j;
+        if (high >= (UINT64_C(1) << 32)) return -1;
+        uint64_t i = (high << lb) + ref_field(low, j * lb, lb);
+        if (i >= limit || (j > 0 && i <= prev)) return -1;
+        idx[j++] = (uint32_t)i;
+        prev = i;
+    }
+    if (j < count) return -1;
+
+    double max = 0;
+    for (j = 0; j < count; j++) {
+        double mag;
+        if (ref_value((uint32_t)ref_field(values, j * vb, (unsigned)vb), (unsigned)vb, e, &val[j], &mag)) return -1;
+        if (mag > max) max = mag;
+    }
+    if (vb == 16 && max == 0 && e != 0) return -1;
+    if (vb == 16 && max != 0 && !(max >= ldexp(1, e) && max < ldexp(1, e + 1))) return -1;
     if (count == 1 && idx[0] == 0 && val[0] == 0) return -1;
     *count_out = count;
+    *scale = e;
     return 0;
+}
+
+/* Accepted 16-bit values are what the engine would have sent: on their
+ * scale's grid, and that scale the one dgc_compact_scale16 picks. */
+static void check_values_canonical(const float *val, uint64_t count, int e) {
+    int any = 0;
+    for (uint64_t j = 0; j < count; j++) {
+        CHECK(float_to_bits(dgc_compact_value(val[j], 16, e)) == float_to_bits(val[j]));
+        any |= val[j] != 0;
+    }
+    CHECK(dgc_compact_scale16(val, count) == (any ? e : 0));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -82,8 +151,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     dgc_compact_layout L;
     dgc_compact_layout_for(n, k, vb, &L);
-    CHECK(L.bytes % 8 == 0 && L.code_bits >= 1 && L.code_bits <= 32 && L.value_bits == vb);
-    CHECK(L.codes == k + n / ((UINT64_C(1) << L.code_bits) - 1));
+    CHECK(L.bytes % 8 == 0 && L.low_bits <= 32 && L.value_bits == vb);
+    CHECK(L.upper_bits == k + ((n - 1) >> L.low_bits));
 
     /* Exactly the layout's size, so ASan sees any read past it. */
     const size_t avail = size - CHOICE_BYTES < L.bytes ? size - CHOICE_BYTES : L.bytes;
@@ -91,16 +160,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *plain = malloc(dgc_wire_bytes(k));
     CHECK(compact && again && plain);
     memcpy(compact, data + CHOICE_BYTES, avail);
+    uint64_t word;
+    memcpy(&word, compact + 32, 8);
     if (data[0] & 8) {
-        uint64_t count;
-        memcpy(&count, compact + 32, 8);
-        count %= k + 2;
-        memcpy(compact + 32, &count, 8);
+        const uint64_t mask = (UINT64_C(1) << 40) - 1;
+        word = (word & ~mask) | (word & mask) % (k + 2);
     }
+    if (data[0] & 64) word &= ~(UINT64_C(0xff) << 40);
+    memcpy(compact + 32, &word, 8);
 
     uint32_t ref_idx[MAX_K], ref_val[MAX_K];
     uint64_t ref_count = 0;
-    const int want = ref_expand(compact, &L, &ref_count, ref_idx, ref_val);
+    int ref_scale = 0;
+    const int want = ref_expand(compact, &L, &ref_count, &ref_scale, ref_idx, ref_val);
 
     char err[ERRCAP];
     memset(err, ERR_FILL, sizeof err);
@@ -121,11 +193,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 CHECK(idx[j] < n);
                 CHECK(j == 0 || idx[j] > idx[j - 1]);
                 CHECK(idx[j] == ref_idx[j] && v == ref_val[j]);
-                if (vb == 16) CHECK((v & 0xffffu) == 0);
             } else {
                 CHECK(idx[j] == 0 && v == 0); /* padding, +0.0 */
             }
         }
+        if (vb == 16) check_values_canonical(val, ref_count, ref_scale);
         /* Canonical: the plain payload encodes back to the same bytes. */
         memset(again, 0x5a, L.bytes);
         CHECK(dgc_compact_encode(plain, &L, again) == 0);

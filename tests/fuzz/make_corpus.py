@@ -9,6 +9,7 @@ fuzz_compact.c.
 Deterministic: rerunning rewrites the same bytes.
     python3 tests/fuzz/make_corpus.py
 """
+import math
 import os
 import random
 import struct
@@ -123,81 +124,132 @@ def engine_seeds():
 
 
 def compact_layout(n, k, value_bits):
-    """dgc_compact_layout_for: (b, codes, bytes)."""
-    best = None
-    for b in range(1, 33):
-        codes = k + n // ((1 << b) - 1)
-        if best is None or codes * b < best[0] * best[1]:
-            best = (codes, b)
-    codes, b = best
+    """dgc_compact_layout_for: (L, U, offsets of the upper, low and value areas, bytes)."""
+    cost = lambda low: k * low + k + ((n - 1) >> low)
+    low = min(range(33), key=lambda l: (cost(l), l))
+    upper_bits = k + ((n - 1) >> low)
     words = lambda bits: (bits + 63) // 64
-    return b, codes, 40 + 8 * words(codes * b) + 8 * words(k * value_bits)
+    upper = 40
+    low_off = upper + 8 * words(upper_bits)
+    values = low_off + 8 * words(k * low)
+    return low, upper_bits, upper, low_off, values, values + 8 * words(k * value_bits)
 
 
-def compact_payload(n, k, value_bits, pairs, step=3, flags=0, count=None):
-    """A compact payload (wire_compact.h) of sorted pairs; values are taken as
-    exactly representable in value_bits. count overrides the count field."""
-    b, codes, size = compact_layout(n, k, value_bits)
-    m = (1 << b) - 1
-    code_bits, used, nxt = 0, 0, 0
-    for i, _ in pairs:
-        gap = i - nxt
-        while gap >= m:
-            code_bits |= m << (used * b)
-            used, gap = used + 1, gap - m
-        code_bits |= gap << (used * b)
-        used, nxt = used + 1, i + 1
-    assert used <= codes
-    value_bits_int = 0
-    for j, (_, v) in enumerate(pairs):
-        u = struct.unpack("<I", struct.pack("<f", v))[0]
+def binade(x):
+    return math.frexp(abs(x))[1] - 1
+
+
+def payload_scale(values):
+    """The scale e of 16-bit values already on its grid: the binade of the largest."""
+    m = max([abs(v) for v in values] + [0.0])
+    return binade(m) if m else 0
+
+
+def half_bits(y):
+    """The binary16 bits of y, which must be exact."""
+    b = struct.pack("<e", y)
+    assert struct.unpack("<e", b)[0] == y and math.copysign(1, struct.unpack("<e", b)[0]) == math.copysign(1, y), y
+    return struct.unpack("<H", b)[0]
+
+
+def compact_payload(n, k, value_bits, pairs, step=3, flags=0, count=None, scale=None, reserved=0, grid=None):
+    """A compact payload (wire_compact.h) of sorted pairs; 16-bit values must
+    lie on the grid of their payload's scale (or of grid, when given). count,
+    scale and reserved override the count word's fields."""
+    low, upper_bits, upper, low_off, values, size = compact_layout(n, k, value_bits)
+    e = payload_scale([v for _, v in pairs]) if value_bits == 16 else 0
+    e = e if grid is None else grid
+    up = lo = va = 0
+    for j, (i, v) in enumerate(pairs):
+        up |= 1 << ((i >> low) + j)
+        lo |= (i & ((1 << low) - 1)) << (j * low)
         if value_bits == 16:
-            assert u & 0xFFFF == 0, v
-            u >>= 16
-        value_bits_int |= u << (j * value_bits)
-    code_bytes = 8 * ((codes * b + 63) // 64)
-    value_bytes = 8 * ((k * value_bits + 63) // 64)
-    out = struct.pack("<IIQQQ", MAGIC, flags, step, n, k) + struct.pack("<Q", len(pairs) if count is None else count)
-    out += code_bits.to_bytes(code_bytes, "little") + value_bits_int.to_bytes(value_bytes, "little")
+            u = half_bits(math.ldexp(v, 14 - e))
+        else:
+            u = struct.unpack("<I", struct.pack("<f", v))[0]
+        va |= u << (j * value_bits)
+    e = e if scale is None else scale
+    word = (len(pairs) if count is None else count) | reserved << 40 | (e & 0xFFFF) << 48
+    out = struct.pack("<IIQQQ", MAGIC, flags, step, n, k) + struct.pack("<Q", word)
+    out += up.to_bytes(low_off - upper, "little") + lo.to_bytes(values - low_off, "little")
+    out += va.to_bytes(size - values, "little")
     assert len(out) == size
     return out
 
 
-def compact_seed(n, k, value_bits, payload_bytes, errlen=3, stamp=0):
+def compact_seed(n, k, value_bits, payload_bytes, errlen=3, stamp=0, clear=0):
     """The choice bytes of fuzz_compact, then the payload."""
     assert 1 <= n <= 1 << 32 and 1 <= k <= min(n, 256)
     nbytes = max(1, ((n - 1).bit_length() + 7) // 8)
-    head = bytes([(value_bits == 16) | errlen << 1 | stamp << 3 | (nbytes - 1) << 4])
+    head = bytes([(value_bits == 16) | errlen << 1 | stamp << 3 | (nbytes - 1) << 4 | clear << 6])
     head += (n - 1).to_bytes(4, "little") + struct.pack("<H", k - 1)
     return head + payload_bytes
 
 
 def compact_seeds():
     rng = random.Random(3)
-    vals = [1.0, -2.5, 0.375, -0.0, 1024.0, -0.0625, 65536.0, 0.5]  # exact in bf16
+    vals = [1.0, -2.5, 0.375, -0.0, 1024.0, -0.0625, 65536.0, 0.5]  # few significant bits: on any grid here
     s = {}
 
-    def add(name, n, k, vb, idx, count=None, errlen=3, stamp=0):
-        pairs = [(i, vals[j % len(vals)]) for j, i in enumerate(idx)]
-        s[name] = compact_seed(n, k, vb, compact_payload(n, k, vb, pairs, count=count), errlen, stamp)
+    def add(name, n, k, vb, idx, count=None, errlen=3, stamp=0, values=None, **kw):
+        values = values or vals
+        pairs = [(i, values[j % len(values)]) for j, i in enumerate(idx)]
+        s[name] = compact_seed(n, k, vb, compact_payload(n, k, vb, pairs, count=count, **kw), errlen, stamp)
 
+    # 11 significant bits over many binades, down to binary16's subnormals
+    # under the scale (2^-38 below a largest near 1).
+    fine = [math.ldexp(rng.randrange(1024, 2048), -10) * rng.choice((1, -1)) for _ in range(20)]
+    fine += [math.ldexp(rng.randrange(1, 1024), -38), -math.ldexp(1, -24), math.ldexp(2047, -10)]
     for vb in (16, 32):
         add("ok_random_%d" % vb, 1000, 10, vb, sorted(rng.sample(range(1000), 7)))
         add("ok_full_%d" % vb, 4096, 64, vb, sorted(rng.sample(range(4096), 64)))
         add("ok_last_alone_%d" % vb, 669706, 200, vb, [669705])
         add("ok_all_at_end_%d" % vb, 50000, 100, vb, list(range(49900, 50000)))
         add("ok_dense_start_%d" % vb, 300, 256, vb, list(range(256)))
+        add("ok_fine_values_%d" % vb, 100000, 100, vb, sorted(rng.sample(range(100000), 23)), values=fine)
     add("ok_empty", 77, 5, 16, [])
     add("ok_n1", 1, 1, 32, [0], errlen=0)
-    add("ok_b1_k_eq_n", 200, 200, 16, sorted(rng.sample(range(200), 150)))
+    add("ok_k_eq_n", 200, 200, 16, sorted(rng.sample(range(200), 150)))
     add("ok_n_2p32", 1 << 32, 3, 32, [5, 1 << 31, (1 << 32) - 1])
     add("ok_n_2p32_m1", (1 << 32) - 1, 1, 16, [(1 << 32) - 2])
     add("ok_stamped", 5000, 40, 16, sorted(rng.sample(range(5000), 20)), stamp=1)
+    add("ok_scale_max", 3000, 8, 16, [3, 9, 2999], values=[math.ldexp(2047, 117), -math.ldexp(1, 100), 0.0])
+    add("ok_scale_min", 3000, 8, 16, [0, 1, 2], values=[math.ldexp(1, -149), -0.0, math.ldexp(1, -149)])
+    add("ok_zeros_16", 3000, 8, 16, [4, 5], values=[-0.0, 0.0])
     add("bad_count_gt_k", 1000, 10, 32, [1, 2, 3], count=11)
-    add("bad_lone_zero_pair", 1000, 10, 16, [], count=1)
+    add("bad_lone_zero_pair", 1000, 10, 16, [0], values=[0.0])
+    add("bad_reserved_bits", 1000, 10, 16, [1, 2, 3], reserved=0x10)
+    add("bad_scale_range", 1000, 10, 16, [1, 2, 3], scale=128)
+    # The largest, 1.0, coded as y = 2^13 under e = 1: not in [2^e, 2^(e+1)).
+    add("bad_scale_not_canonical", 1000, 10, 16, [1, 2, 3], values=[1.0, 0.5, -0.25], grid=1)
+    add("bad_scale_not_exact", 1000, 10, 16, [1, 2, 3], values=[1.0, 3.0, 0.5], scale=-149)
+    add("bad_scale_with_32", 1000, 10, 32, [1, 2, 3], scale=1)
+    add("bad_scale_all_zero", 1000, 10, 16, [7], values=[-0.0], scale=5)
     trailing = bytearray(compact_seed(1000, 10, 32, compact_payload(1000, 10, 32, [(4, 1.0)])))
     trailing[-1] = 1
     s["bad_trailing_value"] = bytes(trailing)
+    # Upper-area damage in a sound 5-pair payload: an extra set bit, a
+    # missing one, and two pairs made equal through their low slots.
+    n, k = 1000, 9
+    low, upper_bits, upper, low_off, values, size = compact_layout(n, k, 16)
+    base = compact_payload(n, k, 16, [(3, 1.0), (17, -2.0), (600, 0.5), (601, 3.0), (999, -0.25)])
+    for name, (byte, mask) in {"bad_extra_upper_bit": (upper + 2, 0x40), "bad_missing_upper_bit": (upper + 2, 0x08)}.items():
+        b = bytearray(base)
+        b[byte] ^= mask
+        s[name] = compact_seed(n, k, 16, bytes(b))
+    b = bytearray(base)
+    lows = int.from_bytes(b[low_off:values], "little")
+    lows = (lows & ~(((1 << low) - 1) << (3 * low))) | ((600 & ((1 << low) - 1)) << (3 * low))
+    b[low_off:values] = lows.to_bytes(values - low_off, "little")
+    s["bad_duplicate"] = compact_seed(n, k, 16, bytes(b))
+    b = bytearray(base)
+    b[values + 2:values + 4] = struct.pack("<H", 0x7C00)  # slot 1 binary16 Inf
+    s["bad_half_inf"] = compact_seed(n, k, 16, bytes(b))
+    inf32 = compact_payload(n, k, 32, [(3, 1.0), (17, -2.0)])
+    b = bytearray(inf32)
+    low32, _, _, _, values32, _ = compact_layout(n, k, 32)
+    b[values32 + 4:values32 + 8] = struct.pack("<I", 0x7F800000)
+    s["bad_fp32_inf"] = compact_seed(n, k, 32, bytes(b))
     s["choices_only"] = bytes([0x31, 0xFF, 0xFF, 0x00, 0x00, 0x40, 0x00])
     return s
 

@@ -59,16 +59,45 @@ static int by_magnitude_desc(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* A value as the wire carries it: fp32, or rounded to bf16 (to nearest,
- * ties to even), written here from the bf16 format, not from the shim. */
-static float on_the_wire(float x, int value_bits) {
-    if (value_bits == 32 || x != x) return x;
-    uint32_t bits;
-    memcpy(&bits, &x, sizeof bits);
-    bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
-    memcpy(&x, &bits, sizeof x);
-    return x;
+/* The 16-bit wire values (DGC_VALUE_BITS=16), written here from their
+ * definition, not from the shim: binary16 under a per-payload scale 2^(e-14),
+ * i.e. x to the nearest multiple of q = 2^max(binade(x) - 10, e - 38, -149),
+ * ties to the even multiple, sign kept, and the largest value below 2^128
+ * where rounding would reach it. Exact double arithmetic throughout. */
+static int binade(double a) {
+    int ex;
+    frexp(a, &ex);
+    return ex - 1;
 }
+
+static float round16(float x, int e) {
+    double a = fabs((double)x);
+    if (a == 0) return x;
+    int qe = binade(a) - 10;
+    if (qe < e - 38) qe = e - 38;
+    if (qe < -149) qe = -149;
+    double t = ldexp(a, -qe), m = floor(t), frac = t - m; /* t < 2^12: exact */
+    if (frac > 0.5 || (frac == 0.5 && fmod(m, 2) == 1)) m += 1;
+    double r = ldexp(m, qe);
+    if (r >= ldexp(1, 128)) r = ldexp(2047, 117);
+    return (float)copysign(r, (double)x);
+}
+
+/* The scale of one payload's count values: the binade of the largest |v|
+ * (0 when all are 0), one more when that value rounds up into the next
+ * binade (below 2^128): then the largest sent value lies in [2^e, 2^(e+1)). */
+static int payload_scale(const float *v, const long *sel, long count) {
+    double max = 0;
+    for (long j = 0; j < count; j++)
+        if (fabs((double)v[sel[j]]) > max) max = fabs((double)v[sel[j]]);
+    if (max == 0) return 0;
+    int e = binade(max);
+    if (e < 127 && fabs((double)round16((float)max, e)) >= ldexp(1, e + 1)) e++;
+    return e;
+}
+
+/* A value as the wire carries it: fp32, or 16 bits under the scale e. */
+static float on_the_wire(float x, int value_bits, int e) { return value_bits == 32 ? x : round16(x, e); }
 
 /* One step of rank r's DGC state; adds its sent pairs into out and their
  * magnitudes into amag. */
@@ -96,9 +125,12 @@ static void ref_step(const options *o, ref_rank *st, const float *g0, long k, fl
     for (long i = 0; i < n; i++) order[i] = i;
     sort_key = st->v;
     qsort(order, (size_t)n, sizeof *order, by_magnitude_desc);
-    for (long j = 0; j < k && st->v[order[j]] != 0; j++) {
+    long count = 0; /* the pairs sent: the k largest, zeros left out */
+    while (count < k && st->v[order[count]] != 0) count++;
+    int e = o->value_bits == 16 ? payload_scale(st->v, order, count) : 0;
+    for (long j = 0; j < count; j++) {
         long i = order[j];
-        float sent = on_the_wire(st->v[i], o->value_bits);
+        float sent = on_the_wire(st->v[i], o->value_bits, e);
         out[i] += sent;
         amag[i] += fabsf(st->v[i]);
         st->v[i] -= sent; /* error feedback: what rounding lost stays */

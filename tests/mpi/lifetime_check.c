@@ -19,10 +19,11 @@
  *       are summed densely
  *       (bit-exact with PMPI_Allreduce when every rank is over budget; with
  *       --mixed, ranks over budget beside ranks that are not: nothing lost)
- *   lifetime_check growth --buffers B --rounds R [--fresh 1]
+ *   lifetime_check growth --buffers B --rounds R [--fresh 1|2]
  *       R rounds over B persistent send buffers, or (--fresh) a new send
- *       buffer for every call: the case greps for the shim's warning about
- *       live states that keep growing
+ *       buffer for every call (2: but the second call repeats the first's):
+ *       the case greps for the shim's warning about live states that keep
+ *       growing
  *   lifetime_check fusion --n N --buffers C --rounds R
  *       one buffer all-reduced in place R rounds over C distinct counts, as
  *       a fusion buffer is: the case greps for the shim's fusion warning
@@ -247,18 +248,19 @@ static double alloc_bytes(double x) {
 }
 
 /* The compact payload on the wire (the README's "The payload"): header and
- * count, gap codes of the width that makes the fewest bits, the values;
- * each area in 8-byte words. */
+ * count word, the Elias-Fano upper area (k + (n-1)/2^L bits) and low area
+ * (k L bits) for the L that makes the fewest bits, the values; each area in
+ * 8-byte words. */
 static double compact_bytes(double n, double k) {
-    double best = INFINITY, bits = 1;
-    for (int b = 1; b <= 32; b++) {
-        double codes = k + floor(n / (ldexp(1, b) - 1));
-        if (codes * b < best) best = codes * b, bits = b;
+    double best = INFINITY, low = 0;
+    for (int L = 0; L <= 32; L++) {
+        double bits = k * L + k + floor((n - 1) / ldexp(1, L));
+        if (bits < best) best = bits, low = L;
     }
-    double codes = k + floor(n / (ldexp(1, (int)bits) - 1));
+    double upper = k + floor((n - 1) / ldexp(1, (int)low));
     const char *vb = getenv("DGC_VALUE_BITS"); /* as the shim reads it: 32 unless 16 */
     double value_bits = vb && atoi(vb) == 16 ? 16 : 32;
-    return 40 + 8 * ceil(codes * bits / 64) + 8 * ceil(k * value_bits / 64);
+    return 40 + 8 * ceil(upper / 64) + 8 * ceil(k * low / 64) + 8 * ceil(k * value_bits / 64);
 }
 
 /* The README's per-buffer formula, for k slots, sparse transport. */

@@ -10,6 +10,7 @@
 
 #include "dgcshim/engine.h"
 #include "dgcshim/wire.h"
+#include "dgcshim/wire_compact.h"
 
 /* ---- helpers ----------------------------------------------------------------- */
 
@@ -448,6 +449,57 @@ Test(engine_select, zero_gradient_sends_nothing) {
     check_payload_shape(payload, &p, n, 0, 0, NULL);
     dgc_commit(s, &p);
     for (size_t i = 0; i < n; i++) cr_assert(dgc_state_residual(s)[i] == 0.0f && dgc_state_momentum(s)[i] == 0.0f);
+    free(payload);
+    free(g);
+    dgc_state_destroy(s);
+}
+
+/* DGC_VALUE_BITS=16: the payload's values are rounded with one scale for
+ * the payload (that of the selected values), the payload encodes, and what
+ * rounding lost stays in the residual exactly. 64 non-zeros over 48
+ * binades, so that the smallest fall under the scale's subnormal range. */
+Test(engine_values, sixteen_bits_one_scale_per_payload_rounding_kept_in_the_residual) {
+    const size_t n = 4096;
+    const uint64_t k = 64;
+    dgc_state *s = dgc_state_create(n, 0);
+    float *g = alloc_floats(n);
+    void *payload = alloc_payload(k);
+    cr_assert_not_null(s);
+    rng_seed(16);
+    float sel[64];
+    for (uint64_t j = 0; j < k; j++) {
+        size_t i = 17 + 61 * j;
+        g[i] = ldexpf(1.0f + (float)rng_unit(), 3 - (int)(j % 48)) * (j % 3 ? 1.0f : -1.0f);
+        sel[j] = g[i];
+    }
+    dgc_step_params p = plain_params(0, k, 1.0);
+    p.value_bits = 16;
+    cr_assert_eq(dgc_compress(s, g, &p, payload), 0);
+    cr_assert_eq(dgc_last_selected(s), k);
+    const int e = dgc_compact_scale16(sel, k);
+    cr_assert(e == 3 || e == 4, "scale %d", e);
+    const uint32_t *idx = dgc_wire_indices(payload);
+    const float *val = dgc_wire_values(payload, k);
+    int zeros = 0;
+    for (uint64_t j = 0; j < k; j++) {
+        float want = dgc_compact_value(g[idx[j]], 16, e);
+        cr_assert(memcmp(&val[j], &want, 4) == 0, "slot %llu: %a, want %a", (unsigned long long)j, (double)val[j],
+                  (double)want);
+        zeros += val[j] == 0;
+    }
+    cr_assert(zeros > 0, "premise: some values fall under 2^(e-38) and are sent as 0");
+    dgc_compact_layout L;
+    dgc_compact_layout_for(n, k, 16, &L);
+    unsigned char *compact = malloc(L.bytes);
+    cr_assert_eq(dgc_compact_encode(payload, &L, compact), 0, "the engine's 16-bit payload does not encode");
+    dgc_commit(s, &p);
+    const float *v = dgc_state_residual(s);
+    for (uint64_t j = 0; j < k; j++) {
+        uint32_t i = idx[j];
+        cr_assert(v[i] == g[i] - val[j] && (double)v[i] + (double)val[j] == (double)g[i],
+                  "index %u: residual %a + sent %a != %a", i, (double)v[i], (double)val[j], (double)g[i]);
+    }
+    free(compact);
     free(payload);
     free(g);
     dgc_state_destroy(s);

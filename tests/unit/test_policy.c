@@ -1,6 +1,6 @@
 /* The transport policy (DGC_TRANSPORT) against the byte formulas, written
  * out here from DESIGN.md's "Bytes: never worse than dense": an all-gather
- * of the payloads sends (N-1) payloads of 32 + 8k bytes per rank; the dense
+ * of the payloads sends (N-1) compact payloads (below) per rank; the dense
  * transport sends a ring all-reduce's 2 (N-1)/N 4n bytes plus the 32-byte
  * headers to the N-1 others. */
 #include <criterion/criterion.h>
@@ -10,16 +10,17 @@
 #include "dgcshim/engine.h"
 #include "dgcshim/policy.h"
 
-/* The compact payload (wire_compact.h): header, count, gap codes of the
- * width that makes the fewest bits, values; each area in 8-byte words. */
+/* The compact payload (wire_compact.h): header, count word, the Elias-Fano
+ * upper area (k + (n-1)/2^L bits) and low area (k L bits) for the L that
+ * makes the fewest bits, the values; each area in 8-byte words. */
 static double compact_bytes(double n, double k, double vb) {
-    double best = INFINITY, bits = 0;
-    for (int b = 1; b <= 32; b++) {
-        double codes = k + floor(n / (ldexp(1, b) - 1));
-        if (codes * b < best) best = codes * b, bits = b;
+    double best = INFINITY, low = 0;
+    for (int L = 0; L <= 32; L++) {
+        double bits = k * L + k + floor((n - 1) / ldexp(1, L));
+        if (bits < best) best = bits, low = L;
     }
-    double codes = k + floor(n / (ldexp(1, (int)bits) - 1));
-    return 40 + 8 * ceil(codes * bits / 64) + 8 * ceil(k * vb / 64);
+    double upper = k + floor((n - 1) / ldexp(1, (int)low));
+    return 40 + 8 * ceil(upper / 64) + 8 * ceil(k * low / 64) + 8 * ceil(k * vb / 64);
 }
 static double sparse_bytes(double n, double k, double N, double vb) { return (N - 1) * compact_bytes(n, k, vb); }
 static double dense_bytes(double n, double N) { return ceil(2 * (N - 1) * 4 * n / N) + 32 * (N - 1); }
@@ -58,11 +59,12 @@ Test(policy_transport, auto_picks_the_fewer_bytes_for_2_to_4096_ranks) {
     }
 }
 
-/* One crossover per density: sparse below some N, dense from it on. With
- * 16-bit compact payloads the 25% warm-up stage stays sparse up to 12 ranks
- * (a payload is about 0.65n bytes against dense's 8n/N), with 32-bit ones up
- * to 6 (about 1.15n), and 99.9% past 2000 and 1000 ranks (plain 8-byte pairs
- * tied at 4 and at about 1000). */
+/* One crossover per density: sparse below some N, dense from it on. At
+ * n = 10^6 the 25% warm-up stage's payload is 625048 bytes with 16-bit
+ * values (L = 1: 749999 + 250000 index bits, 4 Mbit of values) and 1125048
+ * with 32-bit ones, against dense's 8n (N-1)/N + 32 (N-1): sparse up to 12
+ * and 7 ranks. At 99.9% (k = 1000, L = 9) the payloads are 3544 and 5544
+ * bytes: sparse up to 2277 and 1451 ranks. */
 static int first_dense(uint64_t n, double density, unsigned value_bits) {
     dgc_config cfg = with_transport(DGC_TRANSPORT_AUTO);
     cfg.value_bits = value_bits;
@@ -78,11 +80,9 @@ static int first_dense(uint64_t n, double density, unsigned value_bits) {
 
 Test(policy_transport, the_crossovers) {
     cr_assert_eq(first_dense(1000000, 0.25, 16), 13);
-    cr_assert_eq(first_dense(1000000, 0.25, 32), 7);
-    int f = first_dense(1000000, 0.001, 16);
-    cr_assert(f == 0 || f > 2000, "99.9%% bf16: dense from %d ranks", f);
-    f = first_dense(1000000, 0.001, 32);
-    cr_assert(f > 1000, "99.9%% fp32: dense from %d ranks", f);
+    cr_assert_eq(first_dense(1000000, 0.25, 32), 8);
+    cr_assert_eq(first_dense(1000000, 0.001, 16), 2278);
+    cr_assert_eq(first_dense(1000000, 0.001, 32), 1452);
     dgc_config cfg = with_transport(DGC_TRANSPORT_AUTO);
     cr_assert_eq(dgc_policy_transport(&cfg, 1000000, 1000, 1, NULL), DGC_TRANSPORT_SPARSE, "one rank sends nothing");
 }
