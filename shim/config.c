@@ -66,7 +66,7 @@ static const option_desc options[DGC_OPT_COUNT] = {
                            OFF(transport), transport_names, NULL},
     /* 16: each payload's values as binary16 under one power-of-two scale
      * (wire_compact.h), 11 significant bits; 32: fp32. */
-    [DGC_OPT_VALUE_BITS] = {"DGC_VALUE_BITS", KIND_UINT, "32", 16, 32, 0, 0, "16 or 32", 1, OFF(value_bits),
+    [DGC_OPT_VALUE_BITS] = {"DGC_VALUE_BITS", KIND_UINT, "16", 16, 32, 0, 0, "16 or 32", 1, OFF(value_bits),
                             NULL, widths},
 };
 

@@ -27,7 +27,7 @@ typedef struct {
     int nesterov, masking, inplace, expect_compressed, inf, compensate;
     int misalign; /* bytes past float alignment of the send and receive buffers */
     const char *dump;
-    int value_bits; /* DGC_VALUE_BITS as the shim reads it: 32 (the default) or 16 */
+    int value_bits; /* DGC_VALUE_BITS as the shim reads it: 16 (the default) or 32 */
 } options;
 
 /* ---- the reference, from DESIGN.md ---- */
@@ -385,7 +385,7 @@ static void parse(int argc, char **argv, options *o) {
     /* The reference rounds as the shim is configured to (the environment
      * mpirun gives every rank). */
     const char *bits = getenv("DGC_VALUE_BITS");
-    o->value_bits = bits && atoi(bits) == 16 ? 16 : 32;
+    o->value_bits = bits && atoi(bits) == 32 ? 32 : 16;
     for (int i = 2; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
         if (!strcmp(k, "--n")) o->n = atol(v);

@@ -258,8 +258,8 @@ static double compact_bytes(double n, double k) {
         if (bits < best) best = bits, low = L;
     }
     double upper = k + floor((n - 1) / ldexp(1, (int)low));
-    const char *vb = getenv("DGC_VALUE_BITS"); /* as the shim reads it: 32 unless 16 */
-    double value_bits = vb && atoi(vb) == 16 ? 16 : 32;
+    const char *vb = getenv("DGC_VALUE_BITS"); /* as the shim reads it: 16 unless 32 */
+    double value_bits = vb && atoi(vb) == 32 ? 32 : 16;
     return 40 + 8 * ceil(upper / 64) + 8 * ceil(k * low / 64) + 8 * ceil(k * value_bits / 64);
 }
 

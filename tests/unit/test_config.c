@@ -58,7 +58,7 @@ static void spec_defaults(dgc_config *c) {
     c->state_idle_calls = 1000;
     c->max_state_mb = 0;
     c->transport = DGC_TRANSPORT_AUTO;
-    c->value_bits = 32;
+    c->value_bits = 16;
 }
 
 static void assert_config_eq(const dgc_config *got, const dgc_config *want, const char *ctx) {
@@ -102,7 +102,7 @@ static const char *const all_names[] = {
 Test(config_table, names_in_enum_order_and_defaults_as_specified) {
     cr_assert_eq(DGC_OPT_COUNT, (int)NNAMES, "the design lists %zu variables", NNAMES);
     static const char *const defaults[] = {"1", "0.999", "0", "0", "0", "1", "0", "16384", "2", "0.01", "warn", "0", "1",
-                                           "1000", "0", "auto", "32"};
+                                           "1000", "0", "auto", "16"};
     for (int i = 0; i < DGC_OPT_COUNT; i++) {
         cr_assert_str_eq(dgc_option_name((dgc_option)i), all_names[i]);
         cr_assert_str_eq(dgc_option_default((dgc_option)i), defaults[i], "%s default", all_names[i]);
@@ -160,7 +160,7 @@ Test(config_parse, one_good_value_for_each_variable) {
         {"DGC_CLIP_NORM", "2.5"},    {"DGC_MIN_ELEMENTS", "1024"}, {"DGC_MIN_RANKS", "4"},
         {"DGC_SAMPLE_RATIO", "0.5"}, {"DGC_LOG_LEVEL", "debug"},   {"DGC_STATS", "1"},
         {"DGC_COMPENSATE", "0"},     {"DGC_STATE_IDLE_CALLS", "50"}, {"DGC_MAX_STATE_MB", "2048"},
-        {"DGC_TRANSPORT", "dense"}, {"DGC_VALUE_BITS", "16"},
+        {"DGC_TRANSPORT", "dense"}, {"DGC_VALUE_BITS", "32"},
     };
     dgc_config want;
     spec_defaults(&want);
@@ -187,7 +187,7 @@ Test(config_parse, one_good_value_for_each_variable) {
         case 13: w.state_idle_calls = 50; break;
         case 14: w.max_state_mb = 2048; break;
         case 15: w.transport = DGC_TRANSPORT_DENSE; break;
-        case 16: w.value_bits = 16; break;
+        case 16: w.value_bits = 32; break;
         }
         assert_config_eq(&cfg, &w, env[i].name);
     }
@@ -199,7 +199,7 @@ Test(config_parse, one_good_value_for_each_variable) {
               cfg.nesterov == 1 && cfg.momentum_masking == 0 && cfg.clip_norm == 2.5 && cfg.min_elements == 1024 &&
               cfg.min_ranks == 4 && cfg.sample_ratio == 0.5 && cfg.log_level == DGC_LOG_DEBUG && cfg.stats == 1 &&
               cfg.compensate == 0 && cfg.state_idle_calls == 50 && cfg.max_state_mb == 2048 &&
-              cfg.transport == DGC_TRANSPORT_DENSE && cfg.value_bits == 16);
+              cfg.transport == DGC_TRANSPORT_DENSE && cfg.value_bits == 32);
 }
 
 Test(config_parse, transport_names) {
