@@ -4,9 +4,15 @@
 # suite (Criterion unit tests, mpirun integration tests, Fortran programs) in
 # both builds, then the two libFuzzer targets for FUZZ_SECONDS each (default
 # 30). Exits non-zero when any test fails.
+#
+# It also installs Horovod 0.28.1 for PyTorch in .venv/horovod-torch
+# (scripts/deps.sh horovod-torch: about 3 minutes the first time, seconds
+# after) for frameworks.horovod_torch; DGC_TEST_HOROVOD=0 leaves it out (the
+# test then reports itself skipped, by name).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh train  # the trainer case reads Fashion-MNIST
+[ "${DGC_TEST_HOROVOD:-1}" = 0 ] || scripts/deps.sh horovod-torch
 jobs=$(nproc)
 run() { # build-dir, cmake args...
   local dir=$1; shift

@@ -87,7 +87,7 @@ static void warn_growth(dgc_comm *c, uint64_t count) {
              "elements): the program all-reduces fresh buffers (a new send or output address each call), so "
              "residuals do not carry over between steps. All-reduce each gradient in place, or from and into buffers that persist "
              "(TensorFlow allocates new gradient tensors every step: under Horovod keep its tensor fusion and pass "
-             "num_groups=1 to hvd.DistributedOptimizer; see the README, 'Frameworks'); states unused for "
+             "groups=1 to hvd.DistributedOptimizer; see the README, 'Frameworks'); states unused for "
              "DGC_STATE_IDLE_CALLS calls are freed",
              (unsigned long long)c->live, (unsigned long long)c->created, (unsigned long long)c->calls,
              (unsigned long long)count);
