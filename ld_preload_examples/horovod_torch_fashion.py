@@ -8,15 +8,17 @@ with HOROVOD_CPU_OPERATIONS=MPI). Run it with and without the shim:
 
   mpirun -np 4 .venv/horovod-torch/bin/python ld_preload_examples/horovod_torch_fashion.py --epochs 1
   mpirun -np 4 -x HOROVOD_FUSION_THRESHOLD=0 -x LD_PRELOAD=$PWD/build/libdgcshim.so -x DGC_STATS=1 \\
-      -x DGC_MIN_ELEMENTS=256 -x DGC_WARMUP_STEPS=468 -x DGC_MOMENTUM=0.9 \\
+      -x DGC_MIN_ELEMENTS=1 -x DGC_WARMUP_STEPS=468 -x DGC_MOMENTUM=0.9 \\
       .venv/horovod-torch/bin/python ld_preload_examples/horovod_torch_fashion.py --epochs 1
 
 HOROVOD_FUSION_THRESHOLD=0 matters: with Horovod's default tensor fusion the
 gradients travel packed in one fusion buffer whose contents change from step
 to step, so the shim's residual at an offset would belong to another tensor
 the next step (the shim warns when it sees this). With fusion off each
-gradient is all-reduced in place, at its own address, every step. The script
-itself is the same either way (scripts/horovod_side_by_side.sh runs it dense
+gradient is all-reduced in place, at its own address, every step, and
+DGC_MIN_ELEMENTS=1 compresses the biases too (safe here: this script's metrics
+are float64, which the shim passes through). The script itself is the same
+either way (scripts/horovod_side_by_side.sh runs it dense
 and compressed).
 
 The model, data and output lines are torch_mpi_cnn.py's (same CNN, same
@@ -38,6 +40,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+import horovod
 import horovod.torch as hvd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -88,7 +91,7 @@ def main():
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
     if rank == 0:
-        print(f"horovod_torch_fashion: {size} ranks, horovod {hvd.__name__}, params {nparams}, "
+        print(f"horovod_torch_fashion: {size} ranks, horovod {horovod.__version__}, params {nparams}, "
               f"batch {args.batch}/rank, {steps_per_epoch} steps/epoch, lr {args.lr}, momentum {args.momentum}, "
               f"groups {args.groups or 'default'}, HOROVOD_FUSION_THRESHOLD="
               f"{os.environ.get('HOROVOD_FUSION_THRESHOLD', '(default)')}, "
