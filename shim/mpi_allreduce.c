@@ -106,9 +106,9 @@ static void warn_fusion(dgc_comm *c, const void *key, const void *rb, uint64_t c
     c->fusion_warned = 1;
     DGC_WARN("the buffer at %p has been all-reduced with %llu different element counts (the latest %llu): a "
              "fusion buffer that packs different tensors from step to step, so the residual kept at an offset "
-             "belongs to another tensor the next step. Give each gradient a buffer of its own: with Horovod set "
-             "HOROVOD_FUSION_THRESHOLD=0 (each gradient all-reduced in place), or pass groups=1 to "
-             "hvd.DistributedOptimizer (one fused buffer of a fixed layout); see the README, 'Frameworks'",
+             "belongs to another tensor the next step. With Horovod pass groups=1 to hvd.DistributedOptimizer "
+             "(all gradients in one fused buffer of a fixed layout), or set HOROVOD_FUSION_THRESHOLD=0 (each "
+             "gradient in place on its own; PyTorch); see the README, 'Frameworks'",
              rb, (unsigned long long)counts, (unsigned long long)count);
 }
 
