@@ -48,7 +48,7 @@ def parse(arg):
 
 
 def main():
-    fmt = "{:<16} {:>9} {:>8} {:>13} {:>8} {:>12} {:>8} {:>7}  {}"
+    fmt = "{:<18} {:>9} {:>8} {:>13} {:>8} {:>12} {:>8} {:>7}  {}"
     print(fmt.format("run", "test_acc", "vs dense", "bytes/rank", "ratio", "after warmup", "buffers", "warned",
                      "counts compressed"))
     dense_acc = None
