@@ -138,8 +138,22 @@ static uint64_t round_shift(uint64_t mag, int sh) {
 
 static int clamp_scale(int e) { return e < SCALE_MIN ? SCALE_MIN : e > SCALE_MAX ? SCALE_MAX : e; }
 
+/* The fast case of round16 and of the conversions: x an fp32 normal whose
+ * binade b lies where binary16 under e is normal too (b >= e - 28) and below
+ * 2^127 (no clamp): its grid is then 2^(b - 10), fp32's with 13 fraction
+ * bits fewer. Most values of a payload are there; the general code below
+ * handles the rest. */
+static int fast_case(uint32_t u, int e) {
+    const int field = (int)((u >> 23) & 0xffu), b = field - 127;
+    return field != 0 && b >= e - 28 && b < 127;
+}
+
 /* round16 of wire_compact.h, on the bits of a finite x. */
 static uint32_t round16_bits(uint32_t u, int e) {
+    if (fast_case(u, e)) { /* ties to even on the 13 bits dropped; a carry into the exponent is exact */
+        u += 0xfffu + ((u >> 13) & 1u);
+        return u & 0xffffe000u;
+    }
     parts p = float_parts(u);
     if (p.mag == 0) return u;
     int q = binade_of(p) - 10;
@@ -344,6 +358,11 @@ static int encode_values(const unsigned char *val, uint64_t count, unsigned vb, 
         memcpy(&u, val + 4u * j, 4);
         if (vb == 16) {
             if (round16_bits(u, e) != u) return -1;
+            if (fast_case(u, e)) { /* on the grid: the low 13 fraction bits are 0; binade <= e */
+                const int hb = (int)((u >> 23) & 0xffu) - 127 + 14 - e; /* in [-14, 14] */
+                store_value(values, j, vb, (u >> 16 & 0x8000u) | (uint32_t)(hb + 15) << 10 | (u >> 13 & 0x3ffu));
+                continue;
+            }
             parts p = float_parts(u);
             p.exp += 14 - e;
             if (half_from_parts(p, &h)) return -1; /* cannot happen on the grid */
@@ -425,6 +444,12 @@ static int expand_half(uint32_t h, int e, uint64_t j, int rank, uint32_t *out, c
         snprintf(err, errlen, "payload from rank %d: value slot %llu is binary16 Inf or NaN (0x%04x)", rank,
                  (unsigned long long)j, h);
         return -1;
+    }
+    /* The fast case: a binary16 normal whose value (binade b) is an fp32 normal. */
+    const int field = (int)((h >> 10) & 0x1fu), b = field - 15 + e - 14;
+    if (field != 0 && b >= -126 && b <= 127) {
+        *out = (h & 0x8000u) << 16 | (uint32_t)(b + 127) << 23 | (h & 0x3ffu) << 13;
+        return 0;
     }
     parts p = half_parts(h);
     p.exp += e - 14;
