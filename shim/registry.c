@@ -150,7 +150,6 @@ static dgc_report_row *released_row_of(const void *send, const void *buf, uint64
 
 /* Under the lock: folds a freed entry's statistics into its key's row. */
 static void keep_released_stats(const dgc_buffer *b) {
-    dgc_stats_add(&totals.released, &b->stats);
     dgc_report_row *r = released_row_of(b->send, b->buf, b->count);
     if (!r && nreleased_rows < DGC_RELEASED_ROWS &&
         grow((void **)&released_rows, &released_rows_cap, nreleased_rows + 1, sizeof *released_rows) == 0) {
@@ -167,7 +166,7 @@ static void keep_released_stats(const dgc_buffer *b) {
     }
 }
 
-/* Under the lock: frees an entry, keeping its statistics in the totals. */
+/* Under the lock: frees an entry, keeping its statistics (keep_released_stats). */
 static void release_buffer(dgc_buffer *b) {
     if (b->gpu_release) b->gpu_release(b); /* first: it brings the statistics up to date */
     keep_released_stats(b);

@@ -107,7 +107,7 @@ dgc_comm *dgc_registry_comm_by_handle(const void *handle);
 uint64_t dgc_registry_comm_unbind(const void *handle);
 
 /* Frees the record and every buffer state on it; their statistics are kept
- * in the totals. Unknown ids are ignored. */
+ * for the report. Unknown ids are ignored. */
 void dgc_registry_comm_close(uint64_t id);
 
 /* The step of this call: how many calls on (comm, count) came before it; a
@@ -208,8 +208,8 @@ void dgc_registry_each_row(void (*fn)(const dgc_report_row *r, void *ctx), void 
 
 /* Process-wide figures for the statistics report. */
 typedef struct {
-    dgc_buffer_stats released; /* of states freed before now (idle or communicator freed) */
-    uint64_t released_states;
+    uint64_t released_states;  /* states freed before now (idle or communicator freed); their
+                                * statistics are in dgc_registry_each_row's rows */
     dgc_buffer_stats released_unkeyed; /* of those, the ones past DGC_RELEASED_ROWS keys */
     uint64_t released_unkeyed_states;
     uint64_t live_states;
@@ -272,10 +272,10 @@ void dgc_registry_tally_add(int which);
 uint64_t dgc_registry_tally(int which);
 
 /* Frees every record of one front end (DGC_OWNER_*) and its entries
- * (statistics totals are kept). */
+ * (their statistics are kept for the report). */
 void dgc_registry_clear_owner(int owner);
 
-/* Frees every record and entry (statistics totals are kept). */
+/* Frees every record and entry (their statistics are kept for the report). */
 void dgc_registry_clear(void);
 
 #endif
