@@ -71,9 +71,9 @@ int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
 }
 
 /* A buffer is its output address; one reduced from a send buffer of its own
- * (not in place) adds that, since one output can serve several inputs. A
- * buffer whose states were all freed before the report (its communicator
- * freed, or idle) is marked with a '*'. */
+ * (not in place) adds that, since one output can serve several inputs
+ * (dgc_stats_label). A buffer whose states were all freed before the report
+ * (its communicator freed, or idle) is marked with a '*'. */
 typedef struct {
     dgc_buffer_stats total;
     uint64_t freed_rows;
@@ -82,9 +82,7 @@ typedef struct {
 static void print_row(const dgc_report_row *r, void *ctx) {
     report_acc *acc = ctx;
     char label[48], row[288];
-    const char *mark = r->live ? "" : "*";
-    if (r->send) snprintf(label, sizeof label, "%p<%p%s", r->buf, r->send, mark);
-    else snprintf(label, sizeof label, "%p%s", r->buf, mark);
+    dgc_stats_label(r->buf, r->send, r->live ? "" : "*", label, sizeof label);
     dgc_stats_row(label, r->count, &r->stats, row, sizeof row);
     dgc_log_tagged("STATS", "%s", row);
     dgc_stats_add(&acc->total, &r->stats);

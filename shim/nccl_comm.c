@@ -74,21 +74,19 @@ static uint64_t detach(ncclComm_t comm, int *device) {
     return dgc_registry_comm_unbind(comm);
 }
 
-/* One STATS row per buffer of the record being closed (label as at exit:
- * output<send, or the output alone in place). */
+/* One STATS row per buffer of the record being closed, labelled as at exit. */
 static void print_row(const dgc_buffer *b, void *ctx) {
     if (b->comm != *(const uint64_t *)ctx) return;
     char label[48], row[288];
-    if (b->send) snprintf(label, sizeof label, "%p<%p", b->buf, b->send);
-    else snprintf(label, sizeof label, "%p", b->buf);
+    dgc_stats_label(b->buf, b->send, "", label, sizeof label);
     dgc_stats_row(label, b->count, &b->stats, row, sizeof row);
     dgc_log_tagged("STATS", "%s", row);
 }
 
 /* With DGC_STATS=1, on rank 0: the record's buffers as they stand, before
- * they go. Frameworks destroy their communicators before exit (PyTorch's
- * destroy_process_group), after which the exit report has only the
- * released states' sum, not one row per gradient bucket. */
+ * they go (frameworks destroy their communicators before exit: PyTorch's
+ * destroy_process_group). The exit report has them too, marked freed, summed
+ * with any other communicator's states of the same key. */
 static void report_closing(uint64_t id) {
     const dgc_config *cfg = dgc_config_current();
     if (!cfg->stats || dgc_config_rank() != 0) return;

@@ -23,6 +23,11 @@ void dgc_stats_add(dgc_buffer_stats *a, const dgc_buffer_stats *b) {
     a->dense_transport += b->dense_transport;
 }
 
+void dgc_stats_label(const void *buf, const void *send, const char *mark, char *out, size_t len) {
+    if (send) snprintf(out, len, "%p<%p%s", buf, send, mark);
+    else snprintf(out, len, "%p%s", buf, mark);
+}
+
 void dgc_stats_header(char *buf, size_t len) {
     snprintf(buf, len, "%-18s %12s %8s %9s %14s %12s %9s %10s %11s %15s", "buffer", "count", "calls", "nonfinite",
              "dense_bytes", "wire_bytes", "ratio", "last_ratio", "engine_ms", "transport");

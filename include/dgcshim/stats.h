@@ -29,6 +29,11 @@ double dgc_stats_last_ratio(const dgc_buffer_stats *s);
 /* Adds b into a. */
 void dgc_stats_add(dgc_buffer_stats *a, const dgc_buffer_stats *b);
 
+/* A buffer's label in the report: its output address, followed by '<' and
+ * the send buffer's address when the call was not in place (send NULL),
+ * then mark. */
+void dgc_stats_label(const void *buf, const void *send, const char *mark, char *out, size_t len);
+
 /* The column header and one row of the report. */
 void dgc_stats_header(char *buf, size_t len);
 void dgc_stats_row(const char *label, uint64_t count, const dgc_buffer_stats *s, char *buf, size_t len);
