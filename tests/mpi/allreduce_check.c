@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/round16_ref.h"
 #include "test_common.h"
 
 typedef struct {
@@ -59,45 +60,16 @@ static int by_magnitude_desc(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* The 16-bit wire values (DGC_VALUE_BITS=16), written here from their
- * definition, not from the shim: binary16 under a per-payload scale 2^(e-14),
- * i.e. x to the nearest multiple of q = 2^max(binade(x) - 10, e - 38, -149),
- * ties to the even multiple, sign kept, and the largest value below 2^128
- * where rounding would reach it. Exact double arithmetic throughout. */
-static int binade(double a) {
-    int ex;
-    frexp(a, &ex);
-    return ex - 1;
-}
-
-static float round16(float x, int e) {
-    double a = fabs((double)x);
-    if (a == 0) return x;
-    int qe = binade(a) - 10;
-    if (qe < e - 38) qe = e - 38;
-    if (qe < -149) qe = -149;
-    double t = ldexp(a, -qe), m = floor(t), frac = t - m; /* t < 2^12: exact */
-    if (frac > 0.5 || (frac == 0.5 && fmod(m, 2) == 1)) m += 1;
-    double r = ldexp(m, qe);
-    if (r >= ldexp(1, 128)) r = ldexp(2047, 117);
-    return (float)copysign(r, (double)x);
-}
-
-/* The scale of one payload's count values: the binade of the largest |v|
- * (0 when all are 0), one more when that value rounds up into the next
- * binade (below 2^128): then the largest sent value lies in [2^e, 2^(e+1)). */
+/* The scale of one payload's count values (tests/common/round16_ref.h). */
 static int payload_scale(const float *v, const long *sel, long count) {
     double max = 0;
     for (long j = 0; j < count; j++)
         if (fabs((double)v[sel[j]]) > max) max = fabs((double)v[sel[j]]);
-    if (max == 0) return 0;
-    int e = binade(max);
-    if (e < 127 && fabs((double)round16((float)max, e)) >= ldexp(1, e + 1)) e++;
-    return e;
+    return ref_scale16(max);
 }
 
 /* A value as the wire carries it: fp32, or 16 bits under the scale e. */
-static float on_the_wire(float x, int value_bits, int e) { return value_bits == 32 ? x : round16(x, e); }
+static float on_the_wire(float x, int value_bits, int e) { return value_bits == 32 ? x : ref_round16(x, e); }
 
 /* One step of rank r's DGC state; adds its sent pairs into out and their
  * magnitudes into amag. */

@@ -17,6 +17,7 @@
 #include "dgcshim/engine.h"
 #include "dgcshim/wire.h"
 #include "dgcshim/wire_compact.h"
+#include "../common/round16_ref.h"
 
 #define GUARD 64
 #define GUARD_BYTE 0xa5
@@ -65,28 +66,7 @@ static float rng_float_in(int lo, int hi) {
 
 /* ---- references, from the formats' definitions --------------------------- */
 
-/* floor(log2 |x|) of a non-zero finite double. */
-static int binade(double x) {
-    int ex;
-    frexp(x, &ex);
-    return ex - 1;
-}
-
-/* Reference 1, from the quantum rule: |x| to the nearest multiple of
- * q = 2^max(binade - 10, e - 38, -149), ties to the even multiple, in exact
- * double arithmetic (|x| / q < 2^12 with at most 24 significant bits). */
-static float ref_round_quantum(float x, int e) {
-    double a = fabs((double)x);
-    if (a == 0) return x;
-    int qe = binade(a) - 10;
-    if (qe < e - 38) qe = e - 38;
-    if (qe < -149) qe = -149;
-    double t = ldexp(a, -qe), fl = floor(t), frac = t - fl;
-    if (frac > 0.5 || (frac == 0.5 && fmod(fl, 2.0) == 1.0)) fl += 1;
-    double r = ldexp(fl, qe);
-    if (r >= ldexp(1, 128)) r = ldexp(2047, 117);
-    return (float)copysign(r, (double)x); /* exact: representable */
-}
+/* Reference 1, from the quantum rule: ref_round16 (../common/round16_ref.h). */
 
 /* Reference 2, from binary16 itself: every binary16 magnitude (the exponent
  * field let run past 30, so that values past the format's range still have
@@ -142,16 +122,12 @@ static float ref_round_grid(const grid *g, float x) {
     return (float)copysign(r, (double)x);
 }
 
-/* The reference scale: the binade of the largest |x|, one more when that
- * rounds up into the next binade (below 2^128). */
+/* The reference scale (ref_scale16) of the largest finite |x|. */
 static int ref_scale(const float *x, uint64_t count) {
     double max = 0;
     for (uint64_t j = 0; j < count; j++)
         if (isfinite(x[j]) && fabs((double)x[j]) > max) max = fabs((double)x[j]);
-    if (max == 0) return 0;
-    int e = binade(max);
-    if (e < 127 && fabs((double)ref_round_quantum((float)max, e)) >= ldexp(1, e + 1)) e++;
-    return e;
+    return ref_scale16(max);
 }
 
 static double ref_half_value(uint32_t h) {
@@ -177,7 +153,7 @@ static uint32_t ref_half_bits_of(double y) {
         cr_assert(f == floor(f) && f < 1024, "%a is no binary16 subnormal", y);
         return sign | (uint32_t)f;
     }
-    int b = binade(a);
+    int b = ref_binade(a);
     cr_assert(b <= 15, "%a is past binary16's range", y);
     double m = ldexp(a, 10 - b);
     cr_assert(m == floor(m), "%a has more than 11 significant bits", y);
@@ -254,7 +230,7 @@ Test(compact_layout, low_bits_minimise_the_budget_and_bytes_follow) {
 
 static void check_round(const grid *g, float x) {
     if (!isfinite(x)) return; /* past FLT_MAX */
-    float got = dgc_compact_value(x, 16, g->e), q = ref_round_quantum(x, g->e), r = ref_round_grid(g, x);
+    float got = dgc_compact_value(x, 16, g->e), q = ref_round16(x, g->e), r = ref_round_grid(g, x);
     cr_assert_eq(fbits(q), fbits(r), "references disagree at x %a e %d: %a, %a", (double)x, g->e, (double)q,
                  (double)r);
     cr_assert_eq(fbits(got), fbits(r), "round16(%a, %d) = %a (0x%08x), want %a (0x%08x)", (double)x, g->e,
@@ -312,7 +288,7 @@ Test(compact_value, round16_random_scales_against_the_quantum_rule) {
     for (int t = 0; t < 300000; t++) {
         int e = -149 + (int)(rng_next() % 277);
         float x = t % 3 ? rng_float_in(e - 45, e + 1) : bitsf((uint32_t)rng_next() & 0xff7fffffu);
-        float got = dgc_compact_value(x, 16, e), want = ref_round_quantum(x, e);
+        float got = dgc_compact_value(x, 16, e), want = ref_round16(x, e);
         cr_assert_eq(fbits(got), fbits(want), "round16(%a, %d) = %a, want %a", (double)x, e, (double)got,
                      (double)want);
     }
@@ -422,7 +398,7 @@ static int payload_scale(const float *val, uint64_t count) {
     double max = 0;
     for (uint64_t j = 0; j < count; j++)
         if (fabs((double)val[j]) > max) max = fabs((double)val[j]);
-    return max == 0 ? 0 : binade(max);
+    return max == 0 ? 0 : ref_binade(max);
 }
 
 /* The compact bytes of count sorted pairs, written from wire_compact.h's
