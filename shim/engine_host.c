@@ -39,10 +39,10 @@ struct dgc_state {
     float *v, *v_next;
     float *u, *u_next; /* NULL without momentum */
     uint32_t *cand;    /* candidate indices; the first nsel are the selection */
-    float *cand_val;   /* their updated values, kept so nothing re-reads v_next */
+    float *cand_val;   /* their updated values, kept so nothing re-reads v_next; after pack, for the
+                        * selection, what rounding the value for the wire lost, which commit keeps */
     uint64_t cand_cap;
     uint64_t nsel;
-    int scale_exp; /* the selection's 16-bit scale (dgc_compact_scale16): pack sets it, commit uses it */
     float *scratch; /* sample values, or |v| for the exact fallback */
     uint64_t scratch_cap;
 };
@@ -316,10 +316,12 @@ static void pack(dgc_state *s, const dgc_step_params *p, uint32_t flags, void *p
     /* One scale for the whole payload, from the values before rounding: the
      * compact encoding carries it once, and it keeps the largest value's 11
      * significant bits. */
-    s->scale_exp = p->value_bits == 16 ? dgc_compact_scale16(s->cand_val, s->nsel) : 0;
+    const int scale = p->value_bits == 16 ? dgc_compact_scale16(s->cand_val, s->nsel) : 0;
     for (uint64_t j = 0; j < s->nsel; j++) {
+        const float x = s->cand_val[j], sent = dgc_compact_value(x, p->value_bits, scale);
         idx[j] = s->cand[j];
-        val[j] = dgc_compact_value(s->cand_val[j], p->value_bits, s->scale_exp); /* what every rank will add */
+        val[j] = sent;            /* what every rank will add */
+        s->cand_val[j] = x - sent; /* what commit keeps (error feedback) */
     }
     for (uint64_t j = s->nsel; j < p->k; j++) {
         idx[j] = 0;
@@ -375,9 +377,10 @@ void dgc_commit(dgc_state *s, const dgc_step_params *p) {
             if (u) __builtin_prefetch(u + s->cand[j + MASK_PREFETCH_AHEAD], 1);
         }
         /* Error feedback: the residual keeps what rounding the value for the
-         * wire lost (with 32-bit values x - x, +0: what was sent is gone). */
+         * wire lost, as pack left it (with 32-bit values x - x, +0: what was
+         * sent is gone). */
         uint32_t i = s->cand[j];
-        s->v[i] = s->cand_val[j] - dgc_compact_value(s->cand_val[j], p->value_bits, s->scale_exp);
+        s->v[i] = s->cand_val[j];
         if (u) u[i] = 0.0f;
     }
     s->nsel = 0;
