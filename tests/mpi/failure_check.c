@@ -16,6 +16,9 @@
  *       MPI_ERR_OTHER on every rank, the first and every later one
  *   failure_check comm_null
  *       MPI_Allreduce on MPI_COMM_NULL: the error is MPI_Allreduce's
+ *   failure_check comm_null_returns
+ *       the same under MPI_ERRORS_RETURN: every rank gets MPI_ERR_COMM, and
+ *       the next compressed call on MPI_COMM_WORLD is the fresh first step
  *   failure_check threads [--threads T]
  *       MPI_THREAD_MULTIPLE: T threads compress on their own duplicates of
  *       MPI_COMM_WORLD at once (two with the same count); each thread's
@@ -132,6 +135,25 @@ static void mode_comm_null(void) {
     fail("MPI_Allreduce on MPI_COMM_NULL returned");
 }
 
+/* Open MPI raises an invalid communicator on MPI_COMM_WORLD's handler. */
+static void mode_comm_null_returns(void) {
+    const long n = 100000, k = k_for(n, 0.01);
+    float *g = malloc((size_t)n * sizeof *g), *out = malloc((size_t)n * sizeof *out);
+    float *want = malloc((size_t)n * sizeof *want);
+    long step = 0;
+    fill_grad(g, rank, step, n);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int rc = MPI_Allreduce(g, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_NULL);
+    expect_class_everywhere(rc, MPI_ERR_COMM, MPI_COMM_WORLD, "MPI_Allreduce on MPI_COMM_NULL");
+    rc = MPI_Allreduce(g, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    expect_class_everywhere(rc, MPI_SUCCESS, MPI_COMM_WORLD, "the next call on MPI_COMM_WORLD");
+    first_step_reference(n, k, nranks, grad_at_step, &step, want);
+    if (memcmp(out, want, (size_t)n * sizeof *out) != 0)
+        fail("the call after MPI_COMM_NULL is not the fresh first step");
+    if (rank == 0) printf("PASS comm_null_returns: MPI_ERR_COMM on every rank, then the fresh first step\n");
+    free(g), free(out), free(want);
+}
+
 /* ---- threads ---- */
 #define MAX_THREADS 8
 #define THREAD_STEPS 12
@@ -205,6 +227,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "spawn_mismatch")) mode_spawn_parent();
     else if (!strcmp(mode, "spawn_child")) mode_spawn_child();
     else if (!strcmp(mode, "comm_null")) mode_comm_null();
+    else if (!strcmp(mode, "comm_null_returns")) mode_comm_null_returns();
     else if (!strcmp(mode, "threads")) mode_threads(threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : (int)threads);
     else fail("unknown mode '%s'", mode);
     MPI_Finalize();
