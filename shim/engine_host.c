@@ -18,9 +18,16 @@
 #include "pages.h"
 #include "topk.h"
 
-/* Oversampling of the threshold: aim for about twice k candidates, then keep
- * the exact top k of them, so the payload is nearly always full. */
+/* Oversampling of the threshold: aim for more than k candidates, then keep
+ * the exact top k of them, so the payload is nearly always full. Twice k,
+ * or, where the sample expects many hits (large k: warm-up), k plus a
+ * margin of MARGIN_SIGMAS standard deviations of the hits' count, taken as
+ * if each run of DGC_SAMPLE_RUN sampled elements were one element repeated
+ * (the worst correlation a run can have): every extra candidate is written
+ * in the update pass and read again by the selection, and at 25% density
+ * twice k is half the buffer. */
 #define CANDIDATE_FACTOR 2
+#define MARGIN_SIGMAS 4.0
 #define MIN_EXPECTED_HITS 16
 /* The sample's threshold comes from a heap when want is this many times
  * smaller than the sample. */
@@ -188,6 +195,14 @@ static double sum_squares(const float *g, uint64_t n) {
     return t;
 }
 
+/* How many sampled values above the threshold to aim for beyond the
+ * expected hits (CANDIDATE_FACTOR, MARGIN_SIGMAS). */
+static uint64_t oversampling(uint64_t hits) {
+    const uint64_t twice = hits * (CANDIDATE_FACTOR - 1);
+    const double margin = ceil(MARGIN_SIGMAS * sqrt((double)DGC_SAMPLE_RUN * (double)hits));
+    return margin < (double)twice ? (uint64_t)margin : twice;
+}
+
 void dgc_sample_plan_for(uint64_t n, uint64_t k, double sample_ratio, dgc_sample_plan *out) {
     /* At least MIN_EXPECTED_HITS sampled values are expected above the
      * threshold, else on small buffers it rests on one or two samples and
@@ -198,7 +213,7 @@ void dgc_sample_plan_for(uint64_t n, uint64_t k, double sample_ratio, dgc_sample
     if (m < 1) m = 1;
     if (m > n) m = n;
     uint64_t want = (uint64_t)ceil((double)k * (double)m / (double)n);
-    if (m < n) want *= CANDIDATE_FACTOR;
+    if (m < n) want += oversampling(want);
     out->whole = m == n;
     out->runs = (m + DGC_SAMPLE_RUN - 1) / DGC_SAMPLE_RUN;
     /* Every run is DGC_SAMPLE_RUN long when the strata are; else (a sample
@@ -291,9 +306,8 @@ static int select_exact(dgc_state *s, uint64_t k) {
  * then ties at t, in order, up to k (select_exact's rule, and the CUDA
  * engine's). Sorted payloads are what the compact encoding needs (Elias-Fano). */
 static int select_candidates(dgc_state *s, uint64_t ncand, uint64_t k) {
-    float t = dgc_topk_kth_largest_abs(s->cand_val, ncand, k - 1); /* no copy: a radix select */
-    uint64_t above = 0;
-    for (uint64_t j = 0; j < ncand; j++) above += fabsf(s->cand_val[j]) > t;
+    size_t above;
+    float t = dgc_topk_kth_largest_abs(s->cand_val, ncand, k - 1, &above); /* no copy: a radix select */
     uint64_t ties = k - above, c = 0; /* ties at t that fit */
     for (uint64_t j = 0; j < ncand && c < k; j++) {
         float a = fabsf(s->cand_val[j]);

@@ -42,26 +42,38 @@ float dgc_topk_kth_largest(float *a, size_t n, size_t kth) {
 }
 
 /* Radix select on the bit patterns of |x| (non-negative floats order like
- * their bits): one 8-bit digit a pass, most significant first, counting
- * only the values that match the digits fixed so far. Reads a[] four
- * times, writes nothing: no scratch. NaN (exponent all ones, mantissa not
- * zero) sorts above Inf. */
-float dgc_topk_kth_largest_abs(const float *a, size_t n, size_t kth) {
+ * their bits): 31 bits in three digits (11, 11, 9), most significant first,
+ * each pass counting only the values that match the digits fixed so far.
+ * Reads a[] three times, writes nothing: no scratch. The digits above the
+ * chosen one add up to how many values lie strictly above the result, which
+ * the caller would otherwise count in a pass of its own. NaN (exponent all
+ * ones, mantissa not zero) sorts above Inf. */
+#define RADIX_BITS 11
+static const int radix_shift[3] = {20, 9, 0};
+static const unsigned radix_width[3] = {11, 11, 9};
+
+float dgc_topk_kth_largest_abs(const float *a, size_t n, size_t kth, size_t *above) {
     uint32_t prefix = 0, mask = 0;
-    size_t want = kth; /* how many larger values come before it, within the prefix */
-    for (int shift = 24; shift >= 0; shift -= 8) {
-        size_t hist[256] = {0};
+    size_t want = kth, larger = 0; /* values before it within the prefix; values above the prefix */
+    for (int pass = 0; pass < 3; pass++) {
+        const int shift = radix_shift[pass];
+        const uint32_t digit_mask = (UINT32_C(1) << radix_width[pass]) - 1u;
+        size_t hist[1u << RADIX_BITS] = {0};
         for (size_t i = 0; i < n; i++) {
             uint32_t b;
             memcpy(&b, &a[i], sizeof b);
             b &= 0x7fffffffu;
-            if ((b & mask) == prefix) hist[(b >> shift) & 0xffu]++;
+            if ((b & mask) == prefix) hist[(b >> shift) & digit_mask]++;
         }
-        int d = 255;
-        while (want >= hist[d]) want -= hist[d--]; /* from the largest digit down */
-        prefix |= (uint32_t)d << shift;
-        mask |= 0xffu << shift;
+        uint32_t d = digit_mask;
+        while (want >= hist[d]) { /* from the largest digit down */
+            want -= hist[d];
+            larger += hist[d--];
+        }
+        prefix |= d << shift;
+        mask |= digit_mask << shift;
     }
+    if (above) *above = larger;
     float t;
     memcpy(&t, &prefix, sizeof t);
     return t;

@@ -12,8 +12,9 @@
  * Requires kth < n and no NaN in a. */
 float dgc_topk_kth_largest(float *a, size_t n, size_t kth);
 
-/* The value of the kth largest |a[i]| (0-based, kth < n), a[] untouched. */
-float dgc_topk_kth_largest_abs(const float *a, size_t n, size_t kth);
+/* The value of the kth largest |a[i]| (0-based, kth < n), a[] untouched;
+ * *above (when not NULL) gets how many |a[i]| are strictly larger. */
+float dgc_topk_kth_largest_abs(const float *a, size_t n, size_t kth, size_t *above);
 
 /* The `size` largest values pushed so far, as a min-heap over caller memory:
  * after pushing n values, the minimum is the size-th largest of them. A push

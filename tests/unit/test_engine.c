@@ -373,6 +373,54 @@ Test(engine_select, sampled_threshold_sends_at_most_k_of_the_largest) {
     run_selection_steps(7, 2, 0.01, 3, 9);
 }
 
+/* The sample aims past k by a margin that shrinks, relative to k, as the
+ * expected hits grow: twice k while hits are few (the threshold rests on a
+ * handful of samples), a few percent more than k at warm-up densities. */
+Test(engine_select, sample_plan_oversamples_by_a_margin) {
+    dgc_sample_plan sp;
+    dgc_sample_plan_for(1000000, 1000, 0.01, &sp); /* 16000 sampled (the floor of 16 expected hits) */
+    cr_assert_eq(sp.want, 32, "16 expected hits: want %llu, twice them", (unsigned long long)sp.want);
+    dgc_sample_plan_for(8388608, 2097152, 0.01, &sp); /* 25%: about 21000 hits expected */
+    const double hits = ceil(2097152.0 * (double)sp.count / 8388608.0);
+    cr_assert(sp.want > hits * 1.05 && sp.want < hits * 1.15, "25%%: want %llu for %.0f expected hits",
+              (unsigned long long)sp.want, hits);
+    dgc_sample_plan_for(1000, 250, 1.0, &sp); /* the whole buffer: the exact k-th */
+    cr_assert(sp.whole && sp.want == 250);
+}
+
+/* That margin still fills the payload at warm-up densities, on gradients
+ * with structure: layers of very different scales, a ramp, plain noise. */
+Test(engine_select, sampled_threshold_fills_the_payload_at_warm_up_densities) {
+    const size_t n = (size_t)1 << 20;
+    static const double densities[] = {0.25, 0.0625, 0.015625};
+    float *g = alloc_floats(n);
+    for (int shape = 0; shape < 3; shape++) {
+        for (int d = 0; d < 3; d++) {
+            const uint64_t k = dgc_k_for(n, densities[d]);
+            rng_seed(40 + (uint64_t)(shape * 3 + d));
+            dgc_state *s = dgc_state_create(n, 0);
+            void *payload = alloc_payload(k);
+            cr_assert_not_null(s);
+            for (uint64_t step = 0; step < 3; step++) {
+                fill_gradient(g, n, 1.0f);
+                for (size_t i = 0; i < n; i++) {
+                    if (shape == 1) g[i] *= powf(10.0f, -(float)(i / (n / 8))); /* 8 layers, 1 to 1e-7 */
+                    if (shape == 2) g[i] *= (float)i / (float)n;                 /* a ramp */
+                }
+                dgc_step_params p = plain_params(step, k, 0.01);
+                cr_assert_eq(dgc_compress(s, g, &p, payload), 0);
+                cr_assert_eq(dgc_last_selected(s), k, "shape %d density %g step %llu: %llu sent, want k = %llu", shape,
+                             densities[d], (unsigned long long)step, (unsigned long long)dgc_last_selected(s),
+                             (unsigned long long)k);
+                dgc_commit(s, &p);
+            }
+            free(payload);
+            dgc_state_destroy(s);
+        }
+    }
+    free(g);
+}
+
 Test(engine_select, ties_still_give_exactly_k_with_exact_threshold) {
     /* All |g| equal: every element ties at the threshold. With more elements
      * than the candidate buffer holds this exercises the exact fallback. */

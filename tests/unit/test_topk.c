@@ -160,7 +160,7 @@ Test(topk_heap, minimum_is_the_size_th_largest_pushed) {
 }
 
 /* The radix select the engine keeps its candidates in order with: the kth
- * largest |a[i]|, a[] untouched, against a sort, over every fill and k. */
+ * largest |a[i]| and how many lie above it, a[] untouched, against a sort, over every fill and k. */
 Test(topk_kth_largest_abs, matches_sort_of_magnitudes_and_leaves_input) {
     rng_seed(5);
     for (size_t s = 0; s < NSIZES; s++) {
@@ -175,8 +175,12 @@ Test(topk_kth_largest_abs, matches_sort_of_magnitudes_and_leaves_input) {
             qsort(mag, n, sizeof *mag, cmp_desc);
             size_t step = n > 64 ? n / 37 : 1;
             for (size_t kth = 0; kth < n; kth += step) {
-                float got = dgc_topk_kth_largest_abs(a, n, kth);
+                size_t above = 0, want_above = 0;
+                float got = dgc_topk_kth_largest_abs(a, n, kth, &above);
                 cr_assert(got == mag[kth], "n=%zu kind %d kth %zu: %g, sorting says %g", n, kind, kth, got, mag[kth]);
+                while (want_above < n && mag[want_above] > got) want_above++;
+                cr_assert_eq(above, want_above, "n=%zu kind %d kth %zu: %zu above %g, sorting says %zu", n, kind, kth,
+                             above, got, want_above);
             }
             cr_assert(memcmp(a, copy, n * sizeof *a) == 0, "the input changed");
         }
