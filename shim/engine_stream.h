@@ -22,8 +22,8 @@ typedef struct {
     float momentum;
     int nesterov;
     float thr;            /* candidates: |v_next| >= thr, v_next != 0 */
-    uint32_t *cand;       /* room for cand_cap candidates */
-    float *cand_val;
+    uint32_t *cand;       /* room for cand_cap candidates, in both arrays; */
+    float *cand_val;      /* slots past the count returned may be overwritten */
     uint64_t cand_cap;
 } dgc_stream_job;
 
