@@ -10,9 +10,12 @@
  *       bit 3: take the count (bits 0..39 of the count word) mod k + 2, so
  *       that decoding is reached without the fuzzer solving the count first;
  *       bits 4-5: how many of bytes [1..4] make n - 1 (1 to 4);
- *       bit 6: clear the count word's reserved bits 40..47
+ *       bit 6: clear the count word's reserved bits 40..47;
+ *       bit 7: k up to 1024 rather than 256, past the expander's chunks of
+ *       256 pairs and blocks of 256 values (a payload longer than the input
+ *       is zero-padded, as any other)
  *   [1..4] n - 1, little endian (n from 1 to 2^32)
- *   [5..6] k - 1 (little endian, mod min(n, 256))
+ *   [5..6] k - 1 (little endian, mod min(n, 256), or min(n, 1024) with bit 7)
  * The verdict and the decoded pairs are checked against a bit-at-a-time
  * reference expander written here from the format's description (its values
  * through double arithmetic, not the shim's integer conversions). */
@@ -29,7 +32,8 @@
 #define CHOICE_BYTES 7
 #define ERRCAP 300
 #define ERR_FILL 0xa5
-#define MAX_K 256
+#define SMALL_K 256
+#define MAX_K 1024
 
 static const size_t errlens[] = {2, 7, 64, 256};
 
@@ -147,7 +151,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint64_t n = 0;
     for (unsigned i = 0; i < nbytes; i++) n |= (uint64_t)data[1 + i] << (8 * i);
     n += 1;
-    const uint64_t k = 1 + (uint64_t)(data[5] | data[6] << 8) % (n < MAX_K ? n : MAX_K);
+    const uint64_t kmax = data[0] & 128 ? MAX_K : SMALL_K;
+    const uint64_t k = 1 + (uint64_t)(data[5] | data[6] << 8) % (n < kmax ? n : kmax);
 
     dgc_compact_layout L;
     dgc_compact_layout_for(n, k, vb, &L);

@@ -976,6 +976,276 @@ Test(compact_expand, every_single_bit_flip_is_rejected_or_canonical) {
     }
 }
 
+/* ---- many pairs: the fast loops and the per-slot code behind them ----------
+ *
+ * The expander and the encoder take sound payloads through loops that only
+ * flag what they do not handle (values in blocks of 256 slots, indices in
+ * chunks of 256 pairs), and hand anything flagged to per-slot code that
+ * names the first fault. These payloads are big enough for several blocks
+ * and chunks, so that what the fast loops skip or flag sits in the middle
+ * of one, and the message must still be exactly the per-slot code's. */
+
+/* n 99990, k 2000: L 5 (10000 + 3124 bits beat L 6's 12000 + 1562), U 5124,
+ * the largest high part (n - 1) >> 5 = 3124 with low 21 (n - 1 = 99989).
+ * Pairs j: index 7 + 3j (several pairs share each high part); values
+ * 0.25 * (1 + j % 8), largest 2.0: e 1. */
+#define BN 99990
+#define BK 2000
+
+static uint32_t b_idx(uint64_t j) { return (uint32_t)(7 + 3 * j); }
+
+static sample big_sample(unsigned vb) {
+    sample s;
+    dgc_compact_layout_for(BN, BK, vb, &s.L);
+    s.r = ref_layout_for(BN, BK, vb);
+    cr_assert(s.L.low_bits == 5 && s.L.upper_bits == 5124, "premise: L 5, U 5124, got L %u U %llu", s.L.low_bits,
+              (unsigned long long)s.L.upper_bits);
+    uint32_t *idx = malloc(BK * 4);
+    float *val = malloc(BK * 4);
+    cr_assert(idx && val);
+    for (uint64_t j = 0; j < BK; j++) idx[j] = b_idx(j), val[j] = 0.25f * (float)(1 + j % 8);
+    char *plain = plain_new(BN, BK, BK, idx, val);
+    s.c = malloc(s.L.bytes);
+    cr_assert_not_null(s.c);
+    cr_assert_eq(dgc_compact_encode(plain, &s.L, s.c), 0);
+    free(plain);
+    free(idx);
+    free(val);
+    expect_accept(s.c, &s.L, "the big sample");
+    return s;
+}
+
+/* Rejected, with exactly this message. */
+static void expect_message(const unsigned char *compact, const dgc_compact_layout *L, const char *want) {
+    char *plain = malloc(dgc_wire_bytes(L->k));
+    char err[256] = "";
+    cr_assert_not_null(plain);
+    cr_assert_eq(dgc_compact_expand(compact, L, 7, plain, err, sizeof err), -1, "accepted; want: %s", want);
+    cr_assert_str_eq(err, want);
+    free(plain);
+}
+
+/* Moves pair j's upper bit to where high part `high` puts it. */
+static void move_pair(const sample *s, uint64_t j, uint64_t high) {
+    unsigned char *up = s->c + s->r.upper;
+    put_bit(up, (b_idx(j) >> 5) + j, 0);
+    put_bit(up, high + j, 1);
+}
+
+Test(compact_expand, many_pairs_odd_values_in_the_middle_of_a_block) {
+    /* Accepted: odd values in blocks 2 and 6 among common ones (e 0): zeros
+     * of both signs (the fast loops take them), binary16 subnormals (2^-30 is
+     * 0x0100 under e 0, 2^-38 the least, 1023 * 2^-38 the largest; the
+     * per-slot code takes their blocks), and binary16's least normal. */
+    static const float odd[] = {0.0f, -0.0f, 0x1p-30f, -0x1p-38f, 0x1.ff8p-29f, 0x1p-28f};
+    for (unsigned vb = 16; vb <= 32; vb += 16) {
+        for (size_t o = 0; o < sizeof odd / sizeof odd[0]; o++) {
+            uint32_t *idx = malloc(BK * 4);
+            float *val = malloc(BK * 4);
+            cr_assert(idx && val);
+            for (uint64_t j = 0; j < BK; j++) idx[j] = b_idx(j), val[j] = 1.0f + 0.125f * (float)(j % 8);
+            val[700] = odd[o];
+            val[1555] = -odd[o];
+            round_values(val, BK, vb);
+            cr_assert_eq(fbits(val[700]), fbits(odd[o]), "premise: %a is on the grid", (double)odd[o]);
+            round_trip(BN, BK, vb, BK, idx, val);
+            free(idx);
+            free(val);
+        }
+    }
+}
+
+Test(compact_expand, many_pairs_the_first_bad_value_is_named) {
+    sample s = big_sample(16);
+    cr_assert_eq(get_field(s.c + s.r.values, 700 * 16, 16), ref_half_bits(0.25 * 5 * 0x1p13), "premise: e 1");
+    set_value(&s, 700, 0x7c00u);
+    expect_message(s.c, &s.L, "payload from rank 7: value slot 700 is binary16 Inf or NaN (0x7c00)");
+    set_value(&s, 1900, 0xfe00u); /* a later one in another block */
+    expect_message(s.c, &s.L, "payload from rank 7: value slot 700 is binary16 Inf or NaN (0x7c00)");
+    set_value(&s, 300, 0xfc01u); /* an earlier one */
+    expect_message(s.c, &s.L, "payload from rank 7: value slot 300 is binary16 Inf or NaN (0xfc01)");
+    /* A value error comes before an index error (a duplicate at pair 1501). */
+    put_field(s.c + s.r.low, 1501 * 5, 5, b_idx(1500) & 31);
+    expect_message(s.c, &s.L, "payload from rank 7: value slot 300 is binary16 Inf or NaN (0xfc01)");
+    free(s.c);
+
+    /* Not exact in fp32: under e -120, binary16 field 23 is fp32's least
+     * normal binade (-126), a fast value; field 1 is 2^-148 and field 0 (a
+     * subnormal) 2^-158 at the least: a multiple of 2^-149 or not. */
+    s = big_sample(16);
+    set_word(s.c, BK, 0, -120);
+    for (uint64_t j = 0; j < BK; j++) set_value(&s, j, j == 3 ? 0x7400u : 0x5c00u + (uint32_t)(j % 1024));
+    expect_accept(s.c, &s.L, "e -120, values from 2^-126");
+    set_value(&s, 1030, 0x0200u); /* 512 * 2^-158 = 2^-149 */
+    set_value(&s, 1031, 0x8000u); /* -0.0 */
+    expect_accept(s.c, &s.L, "2^-149 and -0.0 under e -120");
+    set_value(&s, 1030, 0x0401u);
+    expect_message(s.c, &s.L,
+                   "payload from rank 7: value slot 1030 (binary16 0x0401 times 2^-134) is not exact in fp32");
+    set_value(&s, 1030, 0x0000u);
+    set_value(&s, 1999, 0x8001u);
+    expect_message(s.c, &s.L,
+                   "payload from rank 7: value slot 1999 (binary16 0x8001 times 2^-134) is not exact in fp32");
+    free(s.c);
+
+    s = big_sample(32);
+    set_value(&s, 1234, 0x7fc00000u);
+    expect_message(s.c, &s.L, "payload from rank 7: value slot 1234 is Inf or NaN (0x7fc00000)");
+    set_value(&s, 256, 0xff800000u); /* the first slot of block 1 */
+    expect_message(s.c, &s.L, "payload from rank 7: value slot 256 is Inf or NaN (0xff800000)");
+    free(s.c);
+}
+
+Test(compact_expand, many_pairs_index_faults_past_the_first_chunk) {
+    for (unsigned vb = 16; vb <= 32; vb += 16) {
+        sample s = big_sample(vb);
+        unsigned char *low = s.c + s.r.low, *up = s.c + s.r.upper;
+        /* Pairs 1500 (4507) and 1501 (4510) share high part 140. */
+        cr_assert(b_idx(1500) >> 5 == 140 && b_idx(1501) >> 5 == 140, "premise: a shared high part");
+        put_field(low, 1501 * 5, 5, b_idx(1500) & 31);
+        expect_message(s.c, &s.L,
+                       "payload from rank 7: pair 1501 has index 4507, not above pair 1500's 4507 (a duplicate)");
+        put_field(low, 1501 * 5, 5, (b_idx(1500) & 31) - 1);
+        expect_message(s.c, &s.L, "payload from rank 7: pair 1501 has index 4506, not above pair 1500's 4507");
+        put_field(low, 1501 * 5, 5, b_idx(1501) & 31);
+        expect_accept(s.c, &s.L, "restored");
+
+        /* The last pair at the largest high part, 3124, with low 22: index
+         * 99990 = n, past the limit though its high part is not. */
+        move_pair(&s, BK - 1, 3124);
+        put_field(low, (BK - 1) * 5, 5, 22);
+        expect_message(s.c, &s.L, "payload from rank 7: pair 1999 has index 99990, out of range for n 99990");
+        put_field(low, (BK - 1) * 5, 5, 21);
+        expect_accept(s.c, &s.L, "the last pair at n - 1");
+
+        /* One more set bit, between pair 1998's (187 + 1998) and pair
+         * 1999's (5123): pair 1999 moves to it (high part 3101, index 99253)
+         * and the bit at 5123 is one too many. */
+        put_bit(up, 5100, 1);
+        expect_message(s.c, &s.L, "payload from rank 7: upper area bit 5123 is set after its 2000 pairs' bits");
+        put_bit(up, 5100, 0);
+        put_bit(up, 5124, 1); /* past U */
+        expect_message(s.c, &s.L, "payload from rank 7: upper area bit 5124, past its 5124 bits, is not 0");
+        put_bit(up, 5124, 0);
+        expect_accept(s.c, &s.L, "restored");
+
+        /* Pairs 1998 and 1999 gone but for one bit at U - 1: it is pair
+         * 1998's, high part 5123 - 1998 = 3125, past the limit's 3124 (as
+         * pair 1999's it would be within). */
+        put_bit(up, (b_idx(BK - 2) >> 5) + BK - 2, 0);
+        cr_assert(get_bit(up, 5123), "premise: pair 1999 at U - 1");
+        expect_message(s.c, &s.L,
+                       "payload from rank 7: pair 1998 has index at least 3125 * 2^5, out of range for n 99990");
+        put_bit(up, 5123, 0);
+        expect_message(s.c, &s.L, "payload from rank 7: upper area has 1998 set bits, fewer than its 2000 pairs");
+        free(s.c);
+    }
+}
+
+/* A fault at each pair in turn: wherever the blocks and chunks begin and
+ * end, the message names the pair. */
+Test(compact_expand, many_pairs_a_fault_at_every_pair) {
+    char want[256];
+    for (unsigned vb = 16; vb <= 32; vb += 16) {
+        sample s = big_sample(vb);
+        const uint32_t bad = vb == 16 ? 0x7c00u : 0x7f800000u;
+        for (uint64_t j = 0; j < BK; j++) {
+            const uint32_t was = (uint32_t)get_field(s.c + s.r.values, j * vb, vb);
+            set_value(&s, j, bad);
+            snprintf(want, sizeof want, "payload from rank 7: value slot %llu is %s (0x%0*x)", (unsigned long long)j,
+                     vb == 16 ? "binary16 Inf or NaN" : "Inf or NaN", vb / 4, bad);
+            expect_message(s.c, &s.L, want);
+            set_value(&s, j, was);
+        }
+        unsigned char *low = s.c + s.r.low;
+        int dups = 0;
+        for (uint64_t j = 1; j < BK; j++) {
+            if (b_idx(j) >> 5 != b_idx(j - 1) >> 5) continue; /* a low slot alone cannot undercut */
+            put_field(low, j * 5, 5, b_idx(j - 1) & 31);
+            snprintf(want, sizeof want,
+                     "payload from rank 7: pair %llu has index %u, not above pair %llu's %u (a duplicate)",
+                     (unsigned long long)j, b_idx(j - 1), (unsigned long long)(j - 1), b_idx(j - 1));
+            expect_message(s.c, &s.L, want);
+            put_field(low, j * 5, 5, b_idx(j) & 31);
+            dups++;
+        }
+        cr_assert_gt(dups, BK * 8 / 10, "premise: most pairs share a high part with the one before");
+        expect_accept(s.c, &s.L, "restored");
+        free(s.c);
+    }
+}
+
+/* More set bits than the count, as many as the area holds: nothing is
+ * written past the plain payload, however few its slots. */
+Test(compact_expand, a_full_upper_area_writes_nothing_past_the_plain_payload) {
+    static const uint64_t nk[][2] = {{1000, 1}, {1000, 3}, {3, 3}, {100000, 40}, {600, 300}};
+    for (size_t a = 0; a < sizeof nk / sizeof nk[0]; a++) {
+        for (unsigned vb = 16; vb <= 32; vb += 16) {
+            const uint64_t n = nk[a][0], k = nk[a][1];
+            dgc_compact_layout L;
+            dgc_compact_layout_for(n, k, vb, &L);
+            ref_layout r = ref_layout_for(n, k, vb);
+            unsigned char *c = calloc(1, L.bytes), *mem = malloc(dgc_wire_bytes(k) + 2 * GUARD);
+            cr_assert(c && mem);
+            set_word(c, k, 0, 0);
+            for (uint64_t bit = 0; bit < L.upper_bits; bit++) put_bit(c + r.upper, bit, 1);
+            if (vb == 16) /* values 1.0 under e 0, so that the indices are reached */
+                for (uint64_t j = 0; j < k; j++) put_field(c + r.values, j * 16, 16, 0x7400u);
+            memset(mem, GUARD_BYTE, dgc_wire_bytes(k) + 2 * GUARD);
+            char err[256] = "";
+            cr_assert_eq(dgc_compact_expand(c, &L, 7, mem + GUARD, err, sizeof err), -1, "n %llu k %llu: accepted",
+                         (unsigned long long)n, (unsigned long long)k);
+            cr_log_info("n %llu k %llu vb %u, every upper bit set: %s", (unsigned long long)n, (unsigned long long)k,
+                        vb, err);
+            for (size_t i = 0; i < GUARD; i++) {
+                cr_assert_eq(mem[i], GUARD_BYTE, "wrote before the plain payload");
+                cr_assert_eq(mem[GUARD + dgc_wire_bytes(k) + i], GUARD_BYTE, "wrote past the plain payload");
+            }
+            free(c);
+            free(mem);
+        }
+    }
+}
+
+Test(compact_encode, many_pairs_a_late_fault_is_refused) {
+    dgc_compact_layout L16;
+    dgc_compact_layout_for(BN, BK, 16, &L16);
+    unsigned char *c = malloc(L16.bytes);
+    uint32_t *idx = malloc(BK * 4);
+    float *val = malloc(BK * 4);
+    cr_assert(c && idx && val);
+    static const struct {
+        uint64_t j;
+        float v;
+        const char *what;
+    } off[] = {
+        {1500, 1.1f, "1.1: more than 11 significant bits"},
+        {1500, 0x1.8p-38f, "1.5 * 2^-38 under 2.0: between two subnormal steps"},
+        {255, 0x1p-40f, "2^-40, the last slot of block 0"},
+        {1999, -0x1.001p0f, "-(1 + 2^-12), the last slot"},
+    };
+    for (size_t i = 0; i < sizeof off / sizeof off[0]; i++) {
+        for (uint64_t j = 0; j < BK; j++) idx[j] = b_idx(j), val[j] = 0.25f * (float)(1 + j % 8);
+        val[off[i].j] = off[i].v;
+        char *plain = plain_new(BN, BK, BK, idx, val);
+        cr_assert_eq(dgc_compact_encode(plain, &L16, c), -1, "%s: accepted", off[i].what);
+        free(plain);
+    }
+    for (uint64_t j = 0; j < BK; j++) idx[j] = b_idx(j), val[j] = 0.25f * (float)(1 + j % 8);
+    idx[1501] = idx[1500];
+    char *plain = plain_new(BN, BK, BK, idx, val);
+    cr_assert_eq(dgc_compact_encode(plain, &L16, c), -1, "a duplicate at pair 1501: accepted");
+    free(plain);
+    idx[1501] = b_idx(1501);
+    idx[BK - 1] = BN;
+    plain = plain_new(BN, BK, BK, idx, val);
+    cr_assert_eq(dgc_compact_encode(plain, &L16, c), -1, "the last index n: accepted");
+    free(plain);
+    free(c);
+    free(idx);
+    free(val);
+}
+
 /* The byte budget at the sizes the README quotes. */
 Test(compact_ratio, sparsity_999_permille_of_669706_floats_is_over_a_thousandfold) {
     const uint64_t n = 669706, k = dgc_k_for(n, 0.001);
