@@ -309,14 +309,17 @@ static int select_candidates(dgc_state *s, uint64_t ncand, uint64_t k) {
     size_t above;
     float t = dgc_topk_kth_largest_abs(s->cand_val, ncand, k - 1, &above); /* no copy: a radix select */
     uint64_t ties = k - above, c = 0; /* ties at t that fit */
+    /* In place and without a branch on the data (at warm-up densities about
+     * one candidate in ten is dropped, at random): every candidate is
+     * written at c, which only moves past the kept ones; c <= j, so nothing
+     * unread is overwritten. */
     for (uint64_t j = 0; j < ncand && c < k; j++) {
-        float a = fabsf(s->cand_val[j]);
-        if (a > t || (a == t && ties > 0)) {
-            ties -= a == t;
-            s->cand[c] = s->cand[j];
-            s->cand_val[c] = s->cand_val[j];
-            c++;
-        }
+        const float x = s->cand_val[j], a = fabsf(x);
+        const uint64_t tie = a == t, keep = (a > t) | (tie & (ties > 0));
+        ties -= tie & keep;
+        s->cand[c] = s->cand[j];
+        s->cand_val[c] = x;
+        c += keep;
     }
     s->nsel = c;
     return 0;
@@ -331,12 +334,9 @@ static void pack(dgc_state *s, const dgc_step_params *p, uint32_t flags, void *p
      * compact encoding carries it once, and it keeps the largest value's 11
      * significant bits. */
     const int scale = p->value_bits == 16 ? dgc_compact_scale16(s->cand_val, s->nsel) : 0;
-    for (uint64_t j = 0; j < s->nsel; j++) {
-        const float x = s->cand_val[j], sent = dgc_compact_value(x, p->value_bits, scale);
-        idx[j] = s->cand[j];
-        val[j] = sent;            /* what every rank will add */
-        s->cand_val[j] = x - sent; /* what commit keeps (error feedback) */
-    }
+    dgc_compact_values(s->cand_val, s->nsel, p->value_bits, scale, val); /* what every rank will add */
+    memcpy(idx, s->cand, (size_t)s->nsel * sizeof *idx);
+    for (uint64_t j = 0; j < s->nsel; j++) s->cand_val[j] -= val[j]; /* what commit keeps (error feedback) */
     for (uint64_t j = s->nsel; j < p->k; j++) {
         idx[j] = 0;
         val[j] = 0.0f;

@@ -184,6 +184,33 @@ float dgc_compact_value(float x, unsigned value_bits, int scale_exp) {
     return bits_float(round16_bits(u, clamp_scale(scale_exp)));
 }
 
+/* Values per block of dgc_compact_values: the fast loop runs over a whole
+ * block, which the general code redoes when any of its values needs it. */
+#define ROUND_BLOCK 256
+
+void dgc_compact_values(const float *x, uint64_t count, unsigned value_bits, int scale_exp, float *out) {
+    if (value_bits != 16) {
+        memmove(out, x, (size_t)count * sizeof *x);
+        return;
+    }
+    const int e = clamp_scale(scale_exp);
+    /* fast_case as a range of the exponent field: [lo, 253]. */
+    const uint32_t lo = e + 99 > 1 ? (uint32_t)(e + 99) : 1u, span = 253u - lo;
+    uint32_t r[ROUND_BLOCK];
+    for (uint64_t j0 = 0; j0 < count; j0 += ROUND_BLOCK) {
+        const uint64_t len = count - j0 < ROUND_BLOCK ? count - j0 : ROUND_BLOCK;
+        uint32_t off = 0;
+        for (uint64_t j = 0; j < len; j++) { /* round16_bits' fast case, without a branch */
+            const uint32_t u = float_bits(x[j0 + j]);
+            off |= (((u >> 23) & 0xffu) - lo) > span;
+            r[j] = (u + 0xfffu + ((u >> 13) & 1u)) & 0xffffe000u;
+        }
+        if (off)
+            for (uint64_t j = 0; j < len; j++) r[j] = float_bits(dgc_compact_value(x[j0 + j], 16, e));
+        memcpy(out + j0, r, (size_t)len * sizeof *r);
+    }
+}
+
 /* The binade of the largest finite magnitude among bits, or SCALE_MIN - 1
  * when all are 0. */
 static int max_binade(uint32_t max_abs) {

@@ -60,6 +60,10 @@ int dgc_compact_scale16(const float *x, uint64_t count);
  * as they are. */
 float dgc_compact_value(float x, unsigned value_bits, int scale_exp);
 
+/* out[j] = dgc_compact_value(x[j], value_bits, scale_exp) for j < count, in
+ * blocks the compiler vectorises; out may be x. */
+void dgc_compact_values(const float *x, uint64_t count, unsigned value_bits, int scale_exp, float *out);
+
 /* Encodes a plain payload (wire.h layout with L->k slots: its real pairs
  * first, indices strictly increasing and below n, then padding slots
  * (0, +0.0f)) into compact (L->bytes). The trailing run of (0, +0.0f) slots

@@ -294,6 +294,38 @@ Test(compact_value, round16_random_scales_against_the_quantum_rule) {
     }
 }
 
+/* The batch form against the reference, value by value: blocks all on the
+ * fast path, blocks with one odd value (a subnormal result, a zero, Inf,
+ * NaN, one past the scale) among them, counts that end inside a block, in
+ * place and not. */
+Test(compact_value, batch_form_matches_the_reference_in_every_block) {
+    enum { MAX = 1000 };
+    static float x[MAX], out[MAX], inplace[MAX];
+    static const float odd[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-40f, -3e-39f, FLT_MAX, -FLT_MAX};
+    for (int t = 0; t < 400; t++) {
+        const int e = t % 5 == 0 ? -149 + (int)(rng_next() % 277) : -20 + (int)(rng_next() % 40);
+        const uint64_t count = 1 + rng_next() % MAX;
+        for (uint64_t j = 0; j < count; j++) x[j] = rng_float_in(e - 30, e + 1);
+        if (t % 2) x[rng_next() % count] = odd[rng_next() % (sizeof odd / sizeof *odd)];
+        if (t % 7 == 0) x[rng_next() % count] = bitsf((uint32_t)rng_next());
+        memcpy(inplace, x, (size_t)count * sizeof *x);
+        dgc_compact_values(x, count, 16, e, out);
+        dgc_compact_values(inplace, count, 16, e, inplace);
+        for (uint64_t j = 0; j < count; j++) {
+            const float want = dgc_compact_value(x[j], 16, e);
+            if (isnan(want)) {
+                cr_assert(isnan(out[j]) && isnan(inplace[j]), "slot %llu: NaN must stay NaN", (unsigned long long)j);
+                continue;
+            }
+            cr_assert_eq(fbits(out[j]), fbits(want), "e %d slot %llu of %llu: %a, want %a", e, (unsigned long long)j,
+                         (unsigned long long)count, (double)out[j], (double)want);
+            cr_assert_eq(fbits(inplace[j]), fbits(want), "in place, e %d slot %llu", e, (unsigned long long)j);
+        }
+        dgc_compact_values(x, count, 32, e, out); /* 32 bits: a copy */
+        cr_assert(memcmp(out, x, (size_t)count * sizeof *x) == 0, "32-bit values must come back as they are");
+    }
+}
+
 static void check_scale(const float *x, uint64_t count) {
     int e = dgc_compact_scale16(x, count);
     cr_assert_eq(e, ref_scale(x, count), "scale %d, reference %d", e, ref_scale(x, count));
