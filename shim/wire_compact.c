@@ -152,9 +152,11 @@ static int clamp_scale(int e) { return e < SCALE_MIN ? SCALE_MIN : e > SCALE_MAX
  * 2^127 (no clamp): its grid is then 2^(b - 10), fp32's with 13 fraction
  * bits fewer. Most values of a payload are there; the general code below
  * handles the rest. */
+static uint32_t fast_field_min(int e) { return e + 99 > 1 ? (uint32_t)(e + 99) : 1u; } /* b >= e - 28, normal */
+
 static int fast_case(uint32_t u, int e) {
-    const int field = (int)((u >> 23) & 0xffu), b = field - 127;
-    return field != 0 && b >= e - 28 && b < 127;
+    const uint32_t field = (u >> 23) & 0xffu;
+    return field >= fast_field_min(e) && field < 254u; /* b < 127 */
 }
 
 /* round16 of wire_compact.h, on the bits of a finite x. */
@@ -184,9 +186,16 @@ float dgc_compact_value(float x, unsigned value_bits, int scale_exp) {
     return bits_float(round16_bits(u, clamp_scale(scale_exp)));
 }
 
-/* Values per block of dgc_compact_values: the fast loop runs over a whole
- * block, which the general code redoes when any of its values needs it. */
-#define ROUND_BLOCK 256
+/* The value loops take VALUE_BLOCK slots at a time: a branch-free pass that
+ * the compiler can vectorise does the common values and says whether the
+ * block holds any other; only then does the per-slot code below redo the
+ * block, so a rare odd value costs one block, and the result (and, in the
+ * expander, which slot an error names) is the per-slot code's. */
+#define VALUE_BLOCK 256u
+
+static uint64_t block_end(uint64_t from, uint64_t count) {
+    return count - from < VALUE_BLOCK ? count : from + VALUE_BLOCK;
+}
 
 void dgc_compact_values(const float *x, uint64_t count, unsigned value_bits, int scale_exp, float *out) {
     if (value_bits != 16) {
@@ -195,10 +204,11 @@ void dgc_compact_values(const float *x, uint64_t count, unsigned value_bits, int
     }
     const int e = clamp_scale(scale_exp);
     /* fast_case as a range of the exponent field: [lo, 253]. */
-    const uint32_t lo = e + 99 > 1 ? (uint32_t)(e + 99) : 1u, span = 253u - lo;
-    uint32_t r[ROUND_BLOCK];
-    for (uint64_t j0 = 0; j0 < count; j0 += ROUND_BLOCK) {
-        const uint64_t len = count - j0 < ROUND_BLOCK ? count - j0 : ROUND_BLOCK;
+    const uint32_t lo = fast_field_min(e), span = 253u - lo;
+    uint32_t r[VALUE_BLOCK];
+    for (uint64_t j0 = 0, end; j0 < count; j0 = end) {
+        end = block_end(j0, count);
+        const uint64_t len = end - j0;
         uint32_t off = 0;
         for (uint64_t j = 0; j < len; j++) { /* round16_bits' fast case, without a branch */
             const uint32_t u = float_bits(x[j0 + j]);
@@ -413,17 +423,6 @@ static int encode_indices(const unsigned char *idx, uint64_t count, const dgc_co
     return 0;
 }
 
-/* The value loops take VALUE_BLOCK slots at a time: a branch-free pass that
- * the compiler can vectorise does the common values and says whether the
- * block holds any other; only then does the per-slot code below redo the
- * block, so a rare odd value costs one block, and the result (and, in the
- * expander, which slot an error names) is the per-slot code's. */
-#define VALUE_BLOCK 256u
-
-static uint64_t block_end(uint64_t from, uint64_t count) {
-    return count - from < VALUE_BLOCK ? count : from + VALUE_BLOCK;
-}
-
 /* 16-bit slots [from, to) of the encoder, one at a time: -1 for a value off
  * its payload's grid. */
 static int encode_halves_exact(const unsigned char *val, uint64_t from, uint64_t to, int e, unsigned char *values) {
@@ -459,7 +458,7 @@ static int encode_halves_exact(const unsigned char *val, uint64_t from, uint64_t
  * bits. The top end needs no test: no |u| passes the largest. */
 static uint32_t encode_halves_fast(const unsigned char *val, uint64_t from, uint64_t to, int e,
                                    unsigned char *values) {
-    const uint32_t lowest = (uint32_t)(e + 99 > 1 ? e + 99 : 1) << 23; /* binade e - 28, and a normal */
+    const uint32_t lowest = fast_field_min(e) << 23; /* binade e - 28, and a normal */
     const uint32_t rebias = (uint32_t)(-98 - e) << 10;
     uint32_t small = 0, bits = 0;
     for (uint64_t j = from; j < to; j++) {
