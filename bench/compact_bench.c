@@ -25,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "dgcshim/wire.h"
 #include "dgcshim/wire_compact.h"
 
@@ -39,19 +40,6 @@ typedef struct {
     int nbits;
     int reps;
 } options;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double best_of(const double *t, int n) {
-    double b = t[0];
-    for (int i = 1; i < n; i++)
-        if (t[i] < b) b = t[i];
-    return b;
-}
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
@@ -160,15 +148,6 @@ static void usage(FILE *f) {
             "  --k     pairs per payload, all real (default 2097152,8389)\n"
             "  --bits  value widths (default 16,32)\n"
             "  --reps  repetitions, best taken (default 7)\n");
-}
-
-static int parse_u64(const char *s, uint64_t *out) {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || s[0] == '-') return -1;
-    *out = v;
-    return 0;
 }
 
 /* A comma-separated list of at most cap values in [lo, hi]. */

@@ -38,6 +38,7 @@
 #endif
 
 #include "dgcshim/engine.h"
+#include "bench_util.h"
 #include "dgcshim/wire.h"
 #include "topk.h"
 
@@ -55,22 +56,9 @@ typedef struct {
     int phases; /* reference kernels that split the engine's time by phase (default on) */
 } options;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
-}
-
-static double best_of(const double *t, int n) {
-    double b = t[0];
-    for (int i = 1; i < n; i++)
-        if (t[i] < b) b = t[i];
-    return b;
 }
 
 static double median_of(const double *t, int n) {
@@ -381,15 +369,6 @@ static void usage(FILE *f) {
             "  --warm N           untimed warm steps before them (default 3)\n"
             "  --copy-mb N        buffer for the memcpy bandwidth (default 256)\n"
             "  --no-phases        skip the reference kernels that split the engine's time\n");
-}
-
-static int parse_u64(const char *s, uint64_t *out) {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || s[0] == '-') return -1;
-    *out = v;
-    return 0;
 }
 
 static int parse_double(const char *s, double *out) {
