@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "dgcshim/wire.h"
+#include "wire_compact_walk.h"
 
 #define HEADER_BYTES sizeof(dgc_wire_header)
 #define COUNT_BYTES 8u
@@ -582,8 +583,9 @@ static int expand_half(uint32_t h, int e, uint64_t j, int rank, uint32_t *out, c
     return 0;
 }
 
-/* Value slots [from, to) one at a time into val: -1, naming the first bad
- * slot, for Inf/NaN or (16 bits) a value fp32 cannot hold. */
+/* Value slots [from, to) one at a time into val (which holds slot from
+ * first): -1, naming the first bad slot, for Inf/NaN or (16 bits) a value
+ * fp32 cannot hold. */
 static int expand_values_exact(const unsigned char *values, uint64_t from, uint64_t to, unsigned vb, int e, int rank,
                                unsigned char *val, char *err, size_t errlen) {
     for (uint64_t j = from; j < to; j++) {
@@ -595,7 +597,7 @@ static int expand_values_exact(const unsigned char *values, uint64_t from, uint6
                      (unsigned long long)j, u);
             return -1;
         }
-        store_host32(val + 4u * j, u);
+        store_host32(val + 4u * (j - from), u);
     }
     return 0;
 }
@@ -628,7 +630,7 @@ static uint32_t expand_halves_fast(const unsigned char *values, uint64_t from, u
         const uint16_t keep = mag != 0 ? 0xffffu : 0u,
                        high = (uint16_t)((uint16_t)((mag >> 3) + rebias) & keep) | (h & 0x8000u),
                        low = (uint16_t)(h << 13);
-        store_host32(val + 4u * j, (uint32_t)high << 16 | low);
+        store_host32(val + 4u * (j - from), (uint32_t)high << 16 | low);
     }
     if ((uint32_t)top > *max) *max = (uint32_t)top;
     if (least == INT16_MAX) return 0; /* all zero */
@@ -636,28 +638,22 @@ static uint32_t expand_halves_fast(const unsigned char *values, uint64_t from, u
     return bottom < lo || top >> 10 > hi;
 }
 
-/* 32-bit slots: copied, nonzero when one is Inf or NaN. */
+/* 32-bit slots: copied (val holds slot from first), nonzero when one is Inf
+ * or NaN. */
 static uint32_t expand_floats_fast(const unsigned char *values, uint64_t from, uint64_t to, unsigned char *val) {
     uint32_t odd = 0;
     for (uint64_t j = from; j < to; j++) {
         const uint32_t u = load32(values + 4u * j);
         odd |= (u & 0x7f800000u) == 0x7f800000u;
-        store_host32(val + 4u * j, u);
+        store_host32(val + 4u * (j - from), u);
     }
     return odd;
 }
 
-/* The count values into val; with 16 bits checks that e is the canonical
- * scale: the largest |value| in [2^e, 2^(e+1)), or e 0 when all are 0. */
-static int expand_values(const unsigned char *values, uint64_t count, unsigned vb, int e, int rank,
-                         unsigned char *val, char *err, size_t errlen) {
-    uint32_t max = 0;
-    for (uint64_t from = 0, to; from < count; from = to) {
-        to = block_end(from, count);
-        const uint32_t odd = vb == 16 ? expand_halves_fast(values, from, to, e, val, &max)
-                                      : expand_floats_fast(values, from, to, val);
-        if (odd && expand_values_exact(values, from, to, vb, e, rank, val, err, errlen)) return -1;
-    }
+/* With 16 bits, e must be the canonical scale: the largest binary16
+ * magnitude max in [2^e, 2^(e+1)) (top field HALF_TOP_FIELD), or e 0 when
+ * every value is 0. */
+static int canonical_scale(uint32_t max, unsigned vb, int e, int rank, char *err, size_t errlen) {
     if (vb == 16 && max == 0 && e != 0) {
         snprintf(err, errlen, "payload from rank %d: scale exponent %d with every value 0 (canonical: 0)", rank, e);
         return -1;
@@ -672,6 +668,21 @@ static int expand_values(const unsigned char *values, uint64_t count, unsigned v
     return 0;
 }
 
+/* The count values into val; with 16 bits checks that e is the canonical
+ * scale: the largest |value| in [2^e, 2^(e+1)), or e 0 when all are 0. */
+static int expand_values(const unsigned char *values, uint64_t count, unsigned vb, int e, int rank,
+                         unsigned char *val, char *err, size_t errlen) {
+    uint32_t max = 0;
+    for (uint64_t from = 0, to; from < count; from = to) {
+        to = block_end(from, count);
+        unsigned char *at = val + 4u * from;
+        const uint32_t odd = vb == 16 ? expand_halves_fast(values, from, to, e, at, &max)
+                                      : expand_floats_fast(values, from, to, at);
+        if (odd && expand_values_exact(values, from, to, vb, e, rank, at, err, errlen)) return -1;
+    }
+    return canonical_scale(max, vb, e, rank, err, errlen);
+}
+
 static int index_out_of_range(uint64_t j, uint64_t high, unsigned low_bits, uint64_t n, int rank, char *err,
                               size_t errlen) {
     snprintf(err, errlen, "payload from rank %d: pair %llu has index at least %llu * 2^%u, out of range for n %llu",
@@ -679,10 +690,10 @@ static int index_out_of_range(uint64_t j, uint64_t high, unsigned low_bits, uint
     return -1;
 }
 
-/* The count indices into idx: the j-th set bit of the upper area, at p,
- * gives the high part p - j, the low slot j the rest. Walks the set bits a
- * word at a time, checking each pair, and stops at the first bad one (its
- * message): linear in the area. */
+/* The count indices into idx (NULL: only checked): the j-th set bit of the
+ * upper area, at p, gives the high part p - j, the low slot j the rest.
+ * Walks the set bits a word at a time, checking each pair, and stops at the
+ * first bad one (its message): linear in the area. */
 static int expand_indices_exact(const unsigned char *upper, const unsigned char *low, const dgc_compact_layout *L,
                                 uint64_t count, int rank, unsigned char *idx, char *err, size_t errlen) {
     const uint64_t limit = index_limit(L->n), words = words_for(L->upper_bits);
@@ -716,7 +727,7 @@ static int expand_indices_exact(const unsigned char *upper, const unsigned char 
                 return -1;
             }
             const uint32_t i32 = (uint32_t)i;
-            memcpy(idx + 4u * j, &i32, 4);
+            if (idx) memcpy(idx + 4u * j, &i32, 4);
             prev = i;
             j++;
         }
@@ -763,6 +774,7 @@ static const unsigned char byte_ones[256] = {ONES64(0), ONES64(64), ONES64(128),
 /* Pairs pass from the upper area to the indices this many at a time (and
  * up to 7 more: a byte's worth). */
 #define INDEX_CHUNK 256u
+_Static_assert(INDEX_CHUNK + 8u <= DGC_COMPACT_WALK_CHUNK, "a walk's chunk holds a whole chunk of pairs");
 
 /* The last set bit of an area of `words` words, UINT64_MAX when all are 0. */
 static uint64_t last_set_bit(const unsigned char *area, uint64_t words) {
@@ -775,37 +787,32 @@ static uint64_t last_set_bit(const unsigned char *area, uint64_t words) {
 
 /* Low slots [j, j + m) of lb bits (1..32) into out. Slot j is bits
  * [j*lb, j*lb + lb) of the area: a 64-bit load from its first byte holds it
- * and the next ones up to 57 bits in all (it starts at most 7 bits in), so
- * one load serves 57 / lb slots. A load may run past the low area's end into
- * the value area's first word (which exists: k >= 1): inside the payload,
- * and shifted or masked off. */
+ * (it starts at most 7 bits in). Each slot is its own load, shift and mask,
+ * with nothing carried from one slot to the next: shifting one loaded word
+ * down slot by slot chained every slot on the one before, and at 1 to 3
+ * bits a slot that chain was most of an expansion's time. A load may run
+ * past the low area's end into the value area's first word (which exists:
+ * k >= 1): inside the payload, and shifted or masked off. */
 static void unpack_lows(const unsigned char *low, uint64_t j, uint64_t m, unsigned lb, uint32_t *out) {
-    const uint64_t mask = (UINT64_C(1) << lb) - 1u, per = 57u / lb;
-    uint64_t bit = j * lb;
-    for (uint64_t t = 0; t < m;) {
-        uint64_t v = load64(low + (bit >> 3)) >> (bit & 7u);
-        const uint64_t end = m - t < per ? m : t + per;
-        bit += (end - t) * lb;
-        for (; t < end; t++, v >>= lb) out[t] = (uint32_t)(v & mask);
+    const uint64_t mask = (UINT64_C(1) << lb) - 1u;
+    for (uint64_t t = 0; t < m; t++) {
+        const uint64_t bit = (j + t) * lb;
+        out[t] = (uint32_t)((load64(low + (bit >> 3)) >> (bit & 7u)) & mask);
     }
 }
 
 /* Pairs [j, j + m) from their high parts: index high << lb | low slot into
- * idx. The high parts are at most (limit - 1) >> lb (expand_indices_fast
+ * lows. The high parts are at most (limit - 1) >> lb (expand_indices_fast
  * checked), so every index is below 2^32 and the shift cannot overflow; with
  * lb 32 they are 0, and the shift by lb & 31 gives that 0 too without
  * shifting a 32-bit value by 32. Returns nonzero when an index is not above
  * the one before (*least, 0 at the start, is the least the first may be);
  * sets *least for the next chunk. */
 static uint32_t index_chunk(const uint32_t *high, uint32_t *lows, uint64_t m, uint64_t j, const unsigned char *low,
-                            unsigned lb, uint64_t *least, unsigned char *idx) {
+                            unsigned lb, uint64_t *least) {
     if (lb) unpack_lows(low, j, m, lb, lows);
     else memset(lows, 0, m * sizeof *lows);
-    for (uint64_t t = 0; t < m; t++) {
-        const uint32_t i = high[t] << (lb & 31u) | lows[t];
-        lows[t] = i;
-        store_host32(idx + 4u * (j + t), i);
-    }
+    for (uint64_t t = 0; t < m; t++) lows[t] = high[t] << (lb & 31u) | lows[t];
     uint32_t bad = lows[0] < *least;
     for (uint64_t t = 1; t < m; t++) bad |= (uint32_t)(lows[t] <= lows[t - 1]);
     *least = (uint64_t)lows[m - 1] + 1u;
@@ -848,7 +855,8 @@ static __attribute__((aligned(64))) int expand_indices_fast(const unsigned char 
         m += byte_ones[b];
         if (m >= INDEX_CHUNK || (t + 1u == bytes && m)) {
             if (m > count - j) return -1; /* more set bits than pairs */
-            bad |= index_chunk(high, lows, m, j, low, lb, &least, idx);
+            bad |= index_chunk(high, lows, m, j, low, lb, &least);
+            memcpy(idx + 4u * j, lows, m * sizeof *lows); /* idx is host order */
             j += m;
             m = 0;
         }
@@ -864,44 +872,163 @@ static int expand_indices(const unsigned char *upper, const unsigned char *low, 
     return expand_indices_exact(upper, low, L, count, rank, idx, err, errlen);
 }
 
+/* With count 1, whether that pair is (index 0, +0.0): padding, which the
+ * canonical form counts out. Only asked of a payload found sound so far: the
+ * index is then 0 exactly when the first upper bit and low slot are, and
+ * the value +0.0 exactly when its slot's bits are 0 (either width). */
+static int lone_padding(const unsigned char *c, const areas *a, const dgc_compact_layout *L) {
+    return first_set_bit(c + a->upper, a->upper_words, 0) == 0 &&
+           (L->low_bits == 0 || get_slot(c + a->low, 0, L->low_bits) == 0) &&
+           load_value(c + a->values, 0, L->value_bits) == 0;
+}
+
+static int layout_unsound(const dgc_compact_layout *L, int rank, char *err, size_t errlen) {
+    snprintf(err, errlen,
+             "payload from rank %d: compact layout (n %llu k %llu low bits %u upper bits %llu value bits %u, "
+             "%zu bytes) is not sound",
+             rank, (unsigned long long)L->n, (unsigned long long)L->k, L->low_bits, (unsigned long long)L->upper_bits,
+             L->value_bits, L->bytes);
+    return -1;
+}
+
+/* The checks every reader makes before decoding anything: the layout, the
+ * count word, and the value and low areas' tails. */
+static int check_frame(const unsigned char *c, const dgc_compact_layout *L, const areas *a, int rank, uint64_t *count,
+                       int *e, char *err, size_t errlen) {
+    if (!layout_sound(L)) return layout_unsound(L, rank, err, errlen);
+    if (expand_count(load64(c + HEADER_BYTES), L, rank, count, e, err, errlen)) return -1;
+    /* The tails first: cheap, and a bad one is rejected before any decoding. */
+    if (check_tail(c + a->values, a->value_words, *count, L->k, L->value_bits, "value", rank, err, errlen)) return -1;
+    if (L->low_bits && check_tail(c + a->low, a->low_words, *count, L->k, L->low_bits, "low", rank, err, errlen))
+        return -1;
+    return 0;
+}
+
+static int padding_counted(int rank, char *err, size_t errlen) {
+    snprintf(err, errlen, "payload from rank %d: its one pair (index 0, +0.0) is padding, counted as a pair", rank);
+    return -1;
+}
+
 int dgc_compact_expand(const void *compact, const dgc_compact_layout *L, int rank, void *plain, char *err,
                        size_t errlen) {
-    if (!layout_sound(L)) {
-        snprintf(err, errlen,
-                 "payload from rank %d: compact layout (n %llu k %llu low bits %u upper bits %llu value bits %u, "
-                 "%zu bytes) is not sound",
-                 rank, (unsigned long long)L->n, (unsigned long long)L->k, L->low_bits,
-                 (unsigned long long)L->upper_bits, L->value_bits, L->bytes);
-        return -1;
-    }
     const unsigned char *c = compact;
     unsigned char *p = plain;
-    const uint64_t k = L->k;
-    const unsigned vb = L->value_bits;
     const areas a = areas_of(L);
-    unsigned char *idx = p + HEADER_BYTES, *val = p + HEADER_BYTES + 4u * k;
-
     uint64_t count;
     int e;
-    if (expand_count(load64(c + HEADER_BYTES), L, rank, &count, &e, err, errlen)) return -1;
-    /* The tails first: cheap, and a bad one is rejected before any decoding. */
-    if (check_tail(c + a.values, a.value_words, count, k, vb, "value", rank, err, errlen)) return -1;
-    if (L->low_bits && check_tail(c + a.low, a.low_words, count, k, L->low_bits, "low", rank, err, errlen))
-        return -1;
+    if (check_frame(c, L, &a, rank, &count, &e, err, errlen)) return -1;
+    const uint64_t k = L->k;
+    unsigned char *idx = p + HEADER_BYTES, *val = p + HEADER_BYTES + 4u * k;
     memcpy(p, c, HEADER_BYTES);
-    if (expand_values(c + a.values, count, vb, e, rank, val, err, errlen)) return -1;
+    if (expand_values(c + a.values, count, L->value_bits, e, rank, val, err, errlen)) return -1;
     if (expand_indices(c + a.upper, c + a.low, L, count, rank, idx, err, errlen)) return -1;
-    uint32_t i0 = 1, v0 = 1;
-    if (count == 1) { /* only a first pair can have index 0 */
-        memcpy(&i0, idx, 4);
-        memcpy(&v0, val, 4);
-    }
-    if (i0 == 0 && v0 == 0) {
-        snprintf(err, errlen, "payload from rank %d: its one pair (index 0, +0.0) is padding, counted as a pair",
-                 rank);
-        return -1;
-    }
+    if (count == 1 && lone_padding(c, &a, L)) return padding_counted(rank, err, errlen);
     memset(idx + 4u * count, 0, 4u * (k - count));
     memset(val + 4u * count, 0, 4u * (k - count));
     return 0;
+}
+
+/* The values' checks without their output: a block at a time into scratch. */
+static int check_values(const unsigned char *values, uint64_t count, unsigned vb, int e, int rank, char *err,
+                        size_t errlen) {
+    unsigned char block[4u * VALUE_BLOCK];
+    uint32_t max = 0;
+    for (uint64_t from = 0, to; from < count; from = to) {
+        to = block_end(from, count);
+        const uint32_t odd = vb == 16 ? expand_halves_fast(values, from, to, e, block, &max)
+                                      : expand_floats_fast(values, from, to, block);
+        if (odd && expand_values_exact(values, from, to, vb, e, rank, block, err, errlen)) return -1;
+    }
+    return canonical_scale(max, vb, e, rank, err, errlen);
+}
+
+int dgc_compact_check(const void *compact, const dgc_compact_layout *L, int rank, char *err, size_t errlen) {
+    const unsigned char *c = compact;
+    const areas a = areas_of(L);
+    uint64_t count;
+    int e;
+    if (check_frame(c, L, &a, rank, &count, &e, err, errlen)) return -1;
+    if (check_values(c + a.values, count, L->value_bits, e, rank, err, errlen)) return -1;
+    if (expand_indices_exact(c + a.upper, c + a.low, L, count, rank, NULL, err, errlen)) return -1;
+    if (count == 1 && lone_padding(c, &a, L)) return padding_counted(rank, err, errlen);
+    return 0;
+}
+
+/* ---- the walk: a payload's pairs a chunk at a time ---- */
+
+int dgc_compact_walk_start(dgc_compact_walk *w, const void *compact, const dgc_compact_layout *L) {
+    const unsigned char *c = compact;
+    const areas a = areas_of(L);
+    char err[256]; /* unread: the walk only says whether, dgc_compact_check says what */
+    uint64_t count = 0;
+    int e = 0;
+    *w = (dgc_compact_walk){.upper = c + a.upper,
+                            .low = c + a.low,
+                            .values = c + a.values,
+                            .bytes = 8u * a.upper_words,
+                            .limit = index_limit(L->n),
+                            .lb = L->low_bits,
+                            .vb = L->value_bits};
+    w->bad = check_frame(c, L, &a, 0, &count, &e, err, sizeof err) != 0;
+    if (w->bad) return -1;
+    w->count = count;
+    w->e = e;
+    const uint64_t last = last_set_bit(w->upper, a.upper_words);
+    if (count == 0) w->bad = last != UINT64_MAX; /* no pairs, no bits */
+    else /* as expand_indices_fast: the last pair's high part is the largest */
+        w->bad = w->limit == 0 || last == UINT64_MAX || last >= L->upper_bits ||
+                 last - (count - 1u) > (w->limit - 1u) >> w->lb;
+    if (!w->bad && count == 1 && lone_padding(c, &a, L)) w->bad = 1;
+    return w->bad ? -1 : 0;
+}
+
+/* The chunk's values, pairs [j, j + m): the fast loop, the exact one for a
+ * block it flags. Nonzero for a bad value. */
+static uint32_t walk_values(dgc_compact_walk *w, uint64_t m) {
+    unsigned char *val = (unsigned char *)w->value;
+    char err[256]; /* unread, as in dgc_compact_walk_start */
+    const uint32_t odd = w->vb == 16 ? expand_halves_fast(w->values, w->j, w->j + m, w->e, val, &w->max)
+                                     : expand_floats_fast(w->values, w->j, w->j + m, val);
+    return odd && expand_values_exact(w->values, w->j, w->j + m, w->vb, w->e, 0, val, err, sizeof err);
+}
+
+/* expand_indices_fast's byte loop, resumed where the last chunk ended: the
+ * high parts of the next chunk of pairs into w->index. Its checks are the
+ * same, spread over the chunks: each chunk is checked whole (in order, its
+ * largest index below the limit) before it is handed out, so a caller never
+ * sees an index at or past n, whatever the payload holds. */
+uint64_t dgc_compact_walk_next(dgc_compact_walk *w) {
+    w->got = w->next = 0;
+    if (w->bad || w->j == w->count) return 0;
+    uint32_t *high = w->high;
+    uint64_t m = 0;
+    while (w->t < w->bytes && m < INDEX_CHUNK) {
+        const unsigned b = w->upper[w->t];
+        const uint32_t base = (uint32_t)(8u * w->t - w->j - m);
+        for (unsigned r = 0; r < 8; r++) high[m + r] = base + byte_gaps[b][r];
+        m += byte_ones[b];
+        w->t++;
+    }
+    if (m == 0 || m > w->count - w->j) { /* fewer set bits than pairs, or more */
+        w->bad = 1;
+        return 0;
+    }
+    uint32_t bad = index_chunk(high, w->index, m, w->j, w->low, w->lb, &w->least);
+    bad |= w->least > w->limit; /* the chunk's last index is its largest when it is in order */
+    bad |= walk_values(w, m);
+    if (bad) {
+        w->bad = 1;
+        return 0;
+    }
+    w->j += m;
+    w->got = m;
+    return m;
+}
+
+int dgc_compact_walk_end(const dgc_compact_walk *w) {
+    char err[256]; /* unread, as in dgc_compact_walk_start */
+    if (w->bad || w->j != w->count) return -1;
+    for (uint64_t t = w->t; t < w->bytes; t++) /* no set bit after the last pair's */
+        if (w->upper[t]) return -1;
+    return canonical_scale(w->max, w->vb, w->e, 0, err, sizeof err) ? -1 : 0;
 }

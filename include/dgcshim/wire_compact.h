@@ -95,6 +95,25 @@ int dgc_compact_encode(const void *plain, const dgc_compact_layout *L, void *com
 int dgc_compact_expand(const void *compact, const dgc_compact_layout *L, int rank, void *plain, char *err,
                        size_t errlen);
 
+/* dgc_compact_expand's checks alone, with the same message for the same
+ * first fault; writes nothing but err. Returns 0 or -1. */
+int dgc_compact_check(const void *compact, const dgc_compact_layout *L, int rank, char *err, size_t errlen);
+
+/* Sums nranks compact payloads (laid out as L, stride bytes apart from
+ * base, rank 0 first) into out (L->n floats) without expanding them: for
+ * every pair (i, x) of rank 0, then of rank 1, and so on, out[i] += scale * x,
+ * exactly the bytes dgc_compact_expand then dgc_wire_add_own (or, scale
+ * -m, dgc_wire_subtract) rank by rank would give. out is walked a tile at a
+ * time with every rank's pairs for the tile, so it is read and written
+ * about once whatever nranks is. Every payload is checked as
+ * dgc_compact_expand checks it (the 32-byte headers excepted: the caller
+ * checks them with dgc_wire_scan or dgc_wire_check_headers). Returns 0, or
+ * -1 with err naming the lowest bad rank's first fault, as
+ * dgc_compact_check names it; out is then partly summed (but never written
+ * outside its n floats). */
+int dgc_compact_add(const void *base, size_t stride, int nranks, const dgc_compact_layout *L, float scale,
+                    float *out, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

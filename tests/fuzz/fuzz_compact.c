@@ -1,8 +1,9 @@
-/* libFuzzer target for the compact payload's expander (shim/wire_compact.c):
- * it turns what another rank sent into a plain payload, so whatever arrives
- * it must either reject with a message or give the one plain payload that
- * the bytes stand for; and what it accepts must be canonical: encoding the
- * result gives back the same bytes.
+/* libFuzzer target for the compact payload's readers (shim/wire_compact.c,
+ * shim/wire_sum.c): the expander turns what another rank sent into a plain
+ * payload, so whatever arrives it must either reject with a message or give
+ * the one plain payload that the bytes stand for; and what it accepts must
+ * be canonical: encoding the result gives back the same bytes. The checker
+ * and the in-place sum must reach the same verdict with the same message.
  *
  * Input: 7 choice bytes, then the compact payload, zero-padded or truncated
  * to the layout's bytes:
@@ -144,6 +145,36 @@ static void check_values_canonical(const float *val, uint64_t count, int e) {
     CHECK(dgc_compact_scale16(val, count) == (any ? e : 0));
 }
 
+/* dgc_compact_check and dgc_compact_add (the payload as rank 5, after five
+ * empty ones) reach the expander's verdict with its message; the sum adds
+ * the expanded pairs and writes nothing outside its n floats (up to 2^20 of
+ * them: the sum is left out for larger n). */
+static void other_readers_agree(const unsigned char *compact, const dgc_compact_layout *L, int rc, const char *err,
+                                size_t errlen, const char *plain) {
+    char err2[ERRCAP];
+    memset(err2, ERR_FILL, sizeof err2);
+    CHECK(dgc_compact_check(compact, L, 5, err2, errlen) == rc);
+    if (rc) CHECK(strcmp(err2, err) == 0);
+    if (L->n > (UINT64_C(1) << 20)) return;
+    unsigned char *gathered = calloc(6, L->bytes);
+    float *mem = malloc((L->n + 2) * sizeof *mem), *want = calloc(L->n + 1, sizeof *want);
+    CHECK(gathered && mem && want);
+    memcpy(gathered + 5 * L->bytes, compact, L->bytes);
+    for (uint64_t i = 0; i < L->n + 2; i++) mem[i] = i == 0 || i == L->n + 1 ? NAN : 0.0f;
+    memset(err2, ERR_FILL, sizeof err2);
+    CHECK(dgc_compact_add(gathered, L->bytes, 6, L, 1.0f, mem + 1, err2, errlen) == rc);
+    CHECK(isnan(mem[0]) && isnan(mem[L->n + 1]));
+    if (rc) {
+        CHECK(strcmp(err2, err) == 0);
+    } else {
+        dgc_wire_add_own(plain, L->k, want);
+        CHECK(memcmp(mem + 1, want, L->n * sizeof *want) == 0);
+    }
+    free(gathered);
+    free(mem);
+    free(want);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < CHOICE_BYTES) return 0;
     const unsigned vb = data[0] & 1 ? 16 : 32, nbytes = 1 + ((data[0] >> 4) & 3);
@@ -183,6 +214,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memset(err, ERR_FILL, sizeof err);
     const int rc = dgc_compact_expand(compact, &L, 5, plain, err, errlen);
     CHECK(rc == want);
+    other_readers_agree(compact, &L, rc, err, errlen, plain);
     if (rc != 0) {
         CHECK(err[0] != '\0');
         CHECK(memchr(err, '\0', errlen) != NULL);

@@ -22,6 +22,41 @@
 #define GUARD 64
 #define GUARD_BYTE 0xa5
 
+/* The other readers of a compact payload must agree with the expander:
+ * dgc_compact_check with the same verdict and message, and dgc_compact_add
+ * (the payload as rank 7 of 8, after 7 empty ones) with the same verdict and
+ * message (but for a layout, which is every rank's: rank 0's), adding what the expanded pairs hold and writing nothing outside
+ * its n floats. plain: the expanded payload when expand_rc is 0. The sum is
+ * left out for n past 2^22 (an output of 16 MiB). */
+static void others_agree(const void *compact, const dgc_compact_layout *L, int expand_rc, const char *expand_err,
+                         const void *plain) {
+    char err[256] = "";
+    const int rc = dgc_compact_check(compact, L, 7, err, sizeof err);
+    cr_assert_eq(rc, expand_rc, "dgc_compact_check says %d, the expander %d (%s)", rc, expand_rc, err);
+    if (rc) cr_assert_str_eq(err, expand_err, "dgc_compact_check's message differs");
+    if (L->n > (UINT64_C(1) << 22)) return;
+    unsigned char *gathered = calloc(8, L->bytes);
+    float *mem = malloc((L->n + 2 * GUARD) * sizeof *mem), *want = calloc(L->n + 1, sizeof *want);
+    cr_assert(gathered && mem && want);
+    if (L->k > 0 || L->n > 0) memcpy(gathered + 7 * L->bytes, compact, L->bytes);
+    for (uint64_t i = 0; i < L->n + 2 * GUARD; i++) mem[i] = i < GUARD || i >= GUARD + L->n ? NAN : 0.0f;
+    err[0] = '\0';
+    const int arc = dgc_compact_add(gathered, L->bytes, 8, L, 1.0f, mem + GUARD, err, sizeof err);
+    cr_assert_eq(arc, expand_rc, "dgc_compact_add says %d, the expander %d (%s)", arc, expand_rc, err);
+    if (arc && strstr(expand_err, "compact layout")) /* every rank's: rank 0 is named */
+        cr_assert(strstr(err, "payload from rank 0: compact layout") && strstr(err, "is not sound"), "%s", err);
+    else if (arc)
+        cr_assert_str_eq(err, expand_err, "dgc_compact_add's message differs: %s", err);
+    else dgc_wire_add_own(plain, L->k, want);
+    for (uint64_t i = 0; i < GUARD; i++) {
+        cr_assert(isnan(mem[i]) && isnan(mem[GUARD + L->n + i]), "dgc_compact_add wrote outside its output");
+    }
+    if (!arc) cr_assert(memcmp(mem + GUARD, want, L->n * sizeof *want) == 0, "dgc_compact_add's sum differs");
+    free(gathered);
+    free(mem);
+    free(want);
+}
+
 static uint64_t rng_state = 88172645463325252ull;
 
 static uint64_t rng_next(void) {
@@ -493,6 +528,7 @@ static void round_trip(uint64_t n, uint64_t k, unsigned vb, uint64_t count, cons
     cr_assert(memcmp(mem + GUARD, plain, dgc_wire_bytes(k)) == 0,
               "n %llu k %llu count %llu vb %u L %u: expanded plain payload differs", (unsigned long long)n,
               (unsigned long long)k, (unsigned long long)count, vb, L.low_bits);
+    others_agree(compact, &L, 0, "", plain);
     for (size_t i = 0; i < GUARD; i++) {
         cr_assert_eq(mem[i], GUARD_BYTE, "wrote before the plain payload");
         cr_assert_eq(mem[GUARD + dgc_wire_bytes(k) + i], GUARD_BYTE, "wrote past the plain payload");
@@ -718,6 +754,7 @@ static void expect_reject(const unsigned char *compact, const dgc_compact_layout
     char err[256] = "";
     cr_assert_not_null(plain);
     cr_assert_eq(dgc_compact_expand(compact, L, 7, plain, err, sizeof err), -1, "%s: accepted", what);
+    others_agree(compact, L, -1, err, NULL);
     cr_assert(strstr(err, "rank 7") != NULL, "%s: message does not name the rank: %s", what, err);
     cr_assert(strstr(err, needle) != NULL, "%s: message does not say \"%s\": %s", what, needle, err);
     cr_log_info("%s: %s", what, err);
@@ -729,6 +766,7 @@ static void expect_accept(const unsigned char *compact, const dgc_compact_layout
     char err[256] = "";
     cr_assert_not_null(plain);
     cr_assert_eq(dgc_compact_expand(compact, L, 7, plain, err, sizeof err), 0, "%s: %s", what, err);
+    others_agree(compact, L, 0, "", plain);
     free(plain);
 }
 
@@ -990,7 +1028,9 @@ Test(compact_expand, every_single_bit_flip_is_rejected_or_canonical) {
         int rejected = 0;
         for (uint64_t bit = 32 * 8; bit < 8 * (uint64_t)s.L.bytes; bit++) {
             s.c[bit / 8] ^= (unsigned char)(1u << (bit % 8));
-            if (dgc_compact_expand(s.c, &s.L, 7, plain, err, sizeof err) == 0) {
+            const int rc = dgc_compact_expand(s.c, &s.L, 7, plain, err, sizeof err);
+            others_agree(s.c, &s.L, rc, err, plain);
+            if (rc == 0) {
                 cr_assert_eq(dgc_compact_encode(plain, &s.L, again), 0, "bit %llu: expanded, not encodable",
                              (unsigned long long)bit);
                 cr_assert(memcmp(again, s.c, s.L.bytes) == 0, "bit %llu: accepted but not canonical",
@@ -1054,6 +1094,7 @@ static void expect_message(const unsigned char *compact, const dgc_compact_layou
     cr_assert_not_null(plain);
     cr_assert_eq(dgc_compact_expand(compact, L, 7, plain, err, sizeof err), -1, "accepted; want: %s", want);
     cr_assert_str_eq(err, want);
+    others_agree(compact, L, -1, err, NULL);
     free(plain);
 }
 
@@ -1227,6 +1268,7 @@ Test(compact_expand, a_full_upper_area_writes_nothing_past_the_plain_payload) {
             char err[256] = "";
             cr_assert_eq(dgc_compact_expand(c, &L, 7, mem + GUARD, err, sizeof err), -1, "n %llu k %llu: accepted",
                          (unsigned long long)n, (unsigned long long)k);
+            others_agree(c, &L, -1, err, NULL);
             cr_log_info("n %llu k %llu vb %u, every upper bit set: %s", (unsigned long long)n, (unsigned long long)k,
                         vb, err);
             for (size_t i = 0; i < GUARD; i++) {
@@ -1289,4 +1331,105 @@ Test(compact_ratio, sparsity_999_permille_of_669706_floats_is_over_a_thousandfol
            dgc_wire_bytes(k), ratio);
     fflush(stdout);
     cr_assert(ratio >= 1100.0, "4n / bytes = %.1f, below 1100", ratio);
+}
+
+/* ---- the sum of gathered payloads, read in place (shim/wire_sum.c) ---------- */
+
+/* nranks payloads of k slots over n (rank r holds k - r % 3 real pairs, so
+ * counts differ), encoded into gathered (L.bytes apart) and expanded into
+ * plain (dgc_wire_bytes(k) apart). */
+static void gathered_pair(uint64_t n, uint64_t k, unsigned vb, int nranks, unsigned char **gathered, char **plain,
+                          dgc_compact_layout *L) {
+    dgc_compact_layout_for(n, k, vb, L);
+    *gathered = calloc((size_t)nranks, L->bytes);
+    *plain = calloc((size_t)nranks, dgc_wire_bytes(k));
+    uint32_t *idx = malloc(k * sizeof *idx);
+    float *val = malloc(k * sizeof *val);
+    cr_assert(*gathered && *plain && idx && val);
+    for (int r = 0; r < nranks; r++) {
+        const uint64_t count = k > (uint64_t)(r % 3) ? k - (uint64_t)(r % 3) : k;
+        random_set(n, count, vb, idx, val);
+        char *p = plain_new(n, k, count, idx, val);
+        cr_assert_eq(dgc_compact_encode(p, L, *gathered + (size_t)r * L->bytes), 0);
+        memcpy(*plain + (size_t)r * dgc_wire_bytes(k), p, dgc_wire_bytes(k));
+        free(p);
+    }
+    free(idx);
+    free(val);
+}
+
+Test(compact_add, equals_expanding_then_adding_rank_by_rank) {
+    /* n over several tiles and not a multiple of one; densities from a pair
+     * every other element to one in two thousand; rank counts across the
+     * eight walked at once. */
+    static const uint64_t n = 100003;
+    static const uint64_t ks[] = {50001, 25001, 6251, 1000, 50, 1};
+    static const int ranks[] = {1, 3, 8, 9, 17};
+    for (unsigned vb = 16; vb <= 32; vb += 16)
+        for (size_t a = 0; a < sizeof ks / sizeof ks[0]; a++)
+            for (size_t b = 0; b < sizeof ranks / sizeof ranks[0]; b++) {
+                const uint64_t k = ks[a];
+                const int R = ranks[b];
+                dgc_compact_layout L;
+                unsigned char *gathered;
+                char *plain;
+                gathered_pair(n, k, vb, R, &gathered, &plain, &L);
+                float *got = malloc(n * sizeof *got), *want = malloc(n * sizeof *want);
+                cr_assert(got && want);
+                for (int s = 0; s < 2; s++) {
+                    const float m = 0.9f; /* scale 1 (a sum), then -m (compensation) */
+                    for (uint64_t i = 0; i < n; i++) got[i] = want[i] = (float)(i % 7) * 0.125f;
+                    char err[256] = "";
+                    cr_assert_eq(dgc_compact_add(gathered, L.bytes, R, &L, s ? -m : 1.0f, got, err, sizeof err), 0,
+                                 "k %llu ranks %d vb %u: %s", (unsigned long long)k, R, vb, err);
+                    if (s) dgc_wire_subtract(plain, R, k, m, want);
+                    else
+                        for (int r = 0; r < R; r++) dgc_wire_add_own(plain + (size_t)r * dgc_wire_bytes(k), k, want);
+                    cr_assert(memcmp(got, want, n * sizeof *got) == 0, "k %llu ranks %d vb %u scale %s: sums differ",
+                              (unsigned long long)k, R, vb, s ? "-m" : "1");
+                }
+                free(got);
+                free(want);
+                free(gathered);
+                free(plain);
+            }
+}
+
+Test(compact_add, names_the_lowest_bad_rank_and_stays_inside_its_output) {
+    static const uint64_t n = 70001, k = 17500;
+    for (unsigned vb = 16; vb <= 32; vb += 16) {
+        dgc_compact_layout L;
+        unsigned char *gathered;
+        char *plain;
+        gathered_pair(n, k, vb, 11, &gathered, &plain, &L);
+        ref_layout r = ref_layout_for(n, k, vb);
+        /* Rank 9 (in the second group of eight): its last upper bit moved past
+         * the last high part, an index at or past n. Rank 10: a NaN value. */
+        unsigned char *up9 = gathered + 9 * L.bytes + r.upper;
+        uint64_t last = L.upper_bits;
+        while (!get_bit(up9, --last)) {}
+        put_bit(up9, last, 0);
+        put_bit(up9, L.upper_bits - 1, 1);
+        put_field(gathered + 10 * L.bytes + r.values, 5 * vb, vb, vb == 16 ? 0x7e00u : 0x7fc00000u);
+        float *mem = malloc((n + 2 * GUARD) * sizeof *mem);
+        cr_assert_not_null(mem);
+        for (uint64_t i = 0; i < n + 2 * GUARD; i++) mem[i] = i < GUARD || i >= GUARD + n ? NAN : 0.0f;
+        char err[256] = "", want[256] = "";
+        cr_assert_eq(dgc_compact_add(gathered, L.bytes, 11, &L, 1.0f, mem + GUARD, err, sizeof err), -1);
+        char *one = malloc(dgc_wire_bytes(k));
+        cr_assert_not_null(one);
+        cr_assert_eq(dgc_compact_expand(gathered + 9 * L.bytes, &L, 9, one, want, sizeof want), -1);
+        cr_assert_str_eq(err, want);
+        cr_log_info("vb %u: %s", vb, err);
+        for (uint64_t i = 0; i < GUARD; i++)
+            cr_assert(isnan(mem[i]) && isnan(mem[GUARD + n + i]), "wrote outside its output");
+        /* Rank 10 alone (from rank 9's place on): its own message. */
+        cr_assert_eq(dgc_compact_add(gathered + 10 * L.bytes, L.bytes, 1, &L, 1.0f, mem + GUARD, err, sizeof err), -1);
+        cr_assert_eq(dgc_compact_expand(gathered + 10 * L.bytes, &L, 0, one, want, sizeof want), -1);
+        cr_assert_str_eq(err, want);
+        free(one);
+        free(mem);
+        free(gathered);
+        free(plain);
+    }
 }
