@@ -8,6 +8,7 @@
 #include "dgcshim/config.h"
 #include "dgcshim/policy.h"
 #include "dgcshim/wire.h"
+#include "dgcshim/wire_compact.h"
 #include "log.h"
 #include "mpi_internal.h"
 #include "pages.h"
@@ -120,8 +121,12 @@ static int find_state(dgc_comm *c, const void *sb, const void *rb, const dgc_ste
     dgc_registry_free_idle(c, cfg->state_idle_calls);
     if (*b) return DGC_PART_STATE;
     int momentum = cfg->momentum > 0;
-    size_t est = dgc_state_footprint(p->n, momentum, p->k) +
-                 dgc_wire_bytes(p->k) * (1 + (size_t)nranks * (momentum && cfg->compensate ? 2 : 1));
+    /* The state, this rank's plain payload, the wire buffer (its compact
+     * payload and every rank's), and with compensation the last step's. */
+    dgc_compact_layout code;
+    dgc_compact_layout_for(p->n, p->k, p->value_bits, &code);
+    size_t est = dgc_state_footprint(p->n, momentum, p->k) + dgc_wire_bytes(p->k) +
+                 code.bytes * (1 + (size_t)nranks * (momentum && cfg->compensate ? 2 : 1));
     size_t budget = (size_t)cfg->max_state_mb << 20;
     dgc_create_result r = dgc_registry_create(c, key, rb, p->n, momentum, est, budget, b);
     if (r == DGC_OVER_BUDGET) {

@@ -37,10 +37,11 @@ static double now(void) {
 
 static int compensating(const dgc_step_params *p, const dgc_config *cfg);
 
-/* A call's payloads: the engine writes and the decoder reads the plain
- * layout (wire.h: 8 bytes a pair); the sparse all-gather carries them in the
- * compact encoding (wire_compact.h: Elias-Fano indices, 16- or 32-bit values),
- * encoded after the compression and expanded, checked, after the gather. */
+/* A call's payloads: the engine writes the plain layout (wire.h: 8 bytes a
+ * pair); the sparse all-gather carries them in the compact encoding
+ * (wire_compact.h: Elias-Fano indices, 16- or 32-bit values), encoded after
+ * the compression and summed as they are, checked, after the gather
+ * (dgc_compact_add). */
 typedef struct {
     size_t bytes; /* one payload on the wire: compact */
     size_t plain; /* one payload in memory */
@@ -50,13 +51,13 @@ typedef struct {
     size_t share; /* what the dense transport sends to each other rank, on average */
 } layout;
 
-/* The gathered buffer's size, in payloads of this call: nranks for the
- * sparse transport; for the dense one none, except room for the dense sum
- * when compensation starts keeping it (the first dense step after sparse
- * ones): payloads are 8-byte multiples, so count*4 rounds up to whole ones. */
+/* The gathered buffer's size, in plain payloads of this call: none (the
+ * sparse transport sums the compact payloads where they were received),
+ * except room for the dense sum when compensation starts keeping it (the
+ * first dense-transport step after sparse ones): payloads are 8-byte
+ * multiples, so count*4 rounds up to whole ones. */
 static int gathered_payloads(const dgc_buffer *b, const dgc_step_params *p, const layout *l, const dgc_config *cfg) {
-    if (!l->dense) return p->nranks;
-    if (!compensating(p, cfg) || b->prev_dense) return 0;
+    if (!l->dense || !compensating(p, cfg) || b->prev_dense) return 0;
     return (int)(((size_t)b->count * sizeof(float) + l->plain - 1) / l->plain);
 }
 
@@ -143,9 +144,9 @@ static int dense_path(dgc_comm *c, dgc_buffer *b, int local, const float *g, flo
  * makes buf == S_t, so the framework applies exactly the DGC update. Only a
  * finite step becomes the next S_{t-1}: after a skipped one, the optimizer's
  * buffer still holds the last finite S. S_{t-1} is kept as the previous
- * step's gathered pairs, or, after a dense-transport step, as the dense sum
- * itself (smaller then: the transport went dense because N payloads outweigh
- * the dense vector). */
+ * step's received compact payloads, or, after a dense-transport step, as the
+ * dense sum itself (smaller then: the transport went dense because N
+ * payloads outweigh the dense vector). */
 static int compensating(const dgc_step_params *p, const dgc_config *cfg) {
     return cfg->compensate && p->momentum != 0.0f;
 }
@@ -153,22 +154,26 @@ static int compensating(const dgc_step_params *p, const dgc_config *cfg) {
 /* out -= m * S_{t-1}, whichever way S_{t-1} was kept; every rank holds the
  * same S_{t-1} bytes and subtracts in the same order. */
 static void subtract_previous(dgc_buffer *b, float *out, const dgc_step_params *p) {
+    char err[256];
     if (b->prev_dense) {
         const float *prev = b->prev, scale = -p->momentum;
         for (uint64_t i = 0; i < b->count; i++) out[i] += scale * prev[i];
     } else if (b->prev_k && b->prev_nranks == p->nranks) {
-        dgc_wire_subtract(b->prev, p->nranks, b->prev_k, p->momentum, out);
+        const dgc_compact_layout *code = &b->prev_code;
+        if (dgc_compact_add((const char *)b->prev + code->bytes, code->bytes, p->nranks, code, -p->momentum, out,
+                            err, sizeof err)) /* they were summed once already: cannot happen */
+            DGC_ERROR("kept payloads of a %llu-element buffer no longer pass their checks (a bug): %s",
+                      (unsigned long long)b->count, err);
     } else if (b->prev_k) {
         DGC_WARN("kept payloads of a %llu-element buffer came from %d ranks, this call has %d: compensation restarts",
                  (unsigned long long)b->count, b->prev_nranks, p->nranks);
     }
 }
 
-static void compensate(dgc_buffer *b, float *out, const dgc_step_params *p, const dgc_config *cfg) {
+static void compensate(dgc_buffer *b, float *out, const dgc_step_params *p, const layout *l, const dgc_config *cfg) {
     if (!compensating(p, cfg)) return;
     subtract_previous(b, out, p);
-    dgc_registry_keep_gathered(b, p->k, p->nranks);
-    b->prev_dense = 0;
+    dgc_registry_keep_wire(b, &l->code, p->nranks);
 }
 
 /* The same after a dense-transport step: out holds S_t, which becomes the
@@ -190,8 +195,7 @@ static void compensate_dense(dgc_buffer *b, float *out, const dgc_step_params *p
     }
     memcpy(b->gathered, out, (size_t)b->count * sizeof *out);
     subtract_previous(b, out, p);
-    dgc_registry_keep_gathered(b, 0, p->nranks);
-    b->prev_dense = 1;
+    dgc_registry_keep_dense(b, p->nranks);
 }
 
 static void count_call(dgc_buffer *b, const layout *l, double seconds) {
@@ -227,8 +231,25 @@ static int dense_transport_path(dgc_comm *c, dgc_buffer *b, float *work, const d
     return MPI_SUCCESS;
 }
 
+/* Sums the received compact payloads into out (zeroed by the compression),
+ * after checking their headers as the first round's were. A bad payload
+ * leaves out as zero again: what the caller hands back with the error. */
+static dgc_decode_result sum_payloads(const char *received, const dgc_step_params *p, const layout *l, float *out,
+                                      char *err, size_t errlen) {
+    int nonfinite = 0;
+    if (dgc_wire_check_headers(received, l->bytes, p->nranks, p->step, p->n, p->k, &nonfinite, err, errlen))
+        return DGC_DECODE_BAD;
+    if (nonfinite) {
+        fill_nan(out, p->n);
+        return DGC_DECODE_NONFINITE;
+    }
+    if (dgc_compact_add(received, l->bytes, p->nranks, &l->code, 1.0f, out, err, errlen) == 0) return DGC_DECODE_OK;
+    memset(out, 0, (size_t)p->n * sizeof *out);
+    return DGC_DECODE_BAD;
+}
+
 /* All ranks took part with state: the payloads if only the headers came yet,
- * then decode and commit. */
+ * then sum and commit. */
 static int sparse_path(dgc_buffer *b, float *work, const dgc_step_params *p, const layout *l, MPI_Comm comm,
                        const dgc_config *cfg, double engine_seconds) {
     char *wire = b->wire, *received = wire + l->bytes;
@@ -242,16 +263,10 @@ static int sparse_path(dgc_buffer *b, float *work, const dgc_step_params *p, con
     }
     double t0 = now();
     char err[256];
-    dgc_decode_result r = DGC_DECODE_OK;
-    for (int q = 0; q < p->nranks && r == DGC_DECODE_OK; q++) /* checked as they are expanded */
-        if (dgc_compact_expand(received + (size_t)q * l->bytes, &l->code, q, (char *)b->gathered + (size_t)q * l->plain,
-                               err, sizeof err))
-            r = DGC_DECODE_BAD;
-    if (r == DGC_DECODE_OK)
-        r = dgc_wire_decode_zeroed(b->gathered, p->nranks, p->step, b->count, p->k, work, err, sizeof err);
+    dgc_decode_result r = sum_payloads(received, p, l, work, err, sizeof err);
     if (r == DGC_DECODE_OK) {
         dgc_commit(b->state, p);
-        compensate(b, work, p, cfg);
+        compensate(b, work, p, l, cfg);
     } else {
         dgc_discard(b->state);
     }

@@ -420,15 +420,28 @@ int dgc_registry_reserve_wire(dgc_buffer *b, size_t bytes) {
     return rc ? -1 : 0;
 }
 
-void dgc_registry_keep_gathered(dgc_buffer *b, uint64_t k, int nranks) {
+static void swap_into_prev(dgc_buffer *b, void **buf, size_t *cap) {
     void *p = b->prev;
-    size_t cap = b->prev_cap;
-    b->prev = b->gathered;
-    b->prev_cap = b->gathered_cap;
-    b->gathered = p;
-    b->gathered_cap = cap;
-    b->prev_k = k;
+    size_t c = b->prev_cap;
+    b->prev = *buf;
+    b->prev_cap = *cap;
+    *buf = p;
+    *cap = c;
+}
+
+void dgc_registry_keep_dense(dgc_buffer *b, int nranks) {
+    swap_into_prev(b, &b->gathered, &b->gathered_cap);
+    b->prev_k = 0;
     b->prev_nranks = nranks;
+    b->prev_dense = 1;
+}
+
+void dgc_registry_keep_wire(dgc_buffer *b, const dgc_compact_layout *code, int nranks) {
+    swap_into_prev(b, &b->wire, &b->wire_cap);
+    b->prev_k = code->k;
+    b->prev_code = *code;
+    b->prev_nranks = nranks;
+    b->prev_dense = 0;
 }
 
 void dgc_registry_account(dgc_buffer *b) {

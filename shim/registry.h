@@ -24,6 +24,7 @@
 
 #include "dgcshim/engine.h"
 #include "dgcshim/stats.h"
+#include "dgcshim/wire_compact.h"
 
 /* The configuration check of a communicator. */
 enum { DGC_CHECK_PENDING = 0, DGC_CHECK_PASSED = 1, DGC_CHECK_FAILED = -1 };
@@ -61,13 +62,19 @@ typedef struct dgc_buffer {
     uint64_t last_call; /* the communicator's call count at its latest use */
     dgc_state *state;
     void *payload;    /* this rank's payload */
-    void *gathered;   /* every rank's payload */
+    void *gathered;   /* the dense sum, kept for compensation after a dense-transport step */
     size_t payload_cap, gathered_cap;
-    void *prev;       /* the last decoded step's gathered payloads (momentum compensation) */
+    /* Momentum compensation's S_{t-1}: the last decoded step's wire buffer
+     * (its compact payloads as received: prev_nranks of them, laid out as
+     * prev_code, the first at prev + prev_code.bytes), or with prev_dense
+     * the last step's dense sum S (count floats): it went by the dense
+     * transport. */
+    void *prev;
     size_t prev_cap;
     uint64_t prev_k;  /* their k; 0 when there is no previous step */
-    int prev_nranks;  /* how many payloads they hold */
-    int prev_dense;   /* prev holds instead the last step's dense sum S (count floats): it went by the dense transport */
+    int prev_nranks;
+    int prev_dense;
+    dgc_compact_layout prev_code;
     void *wire;       /* the compact payloads on the wire: this rank's, then every rank's */
     size_t wire_cap;
     size_t bytes;     /* memory held, as last accounted */
@@ -176,9 +183,13 @@ int dgc_registry_reserve(dgc_buffer *b, size_t bytes, int nranks);
  * in the compact encoding), giving back room far beyond that. */
 int dgc_registry_reserve_wire(dgc_buffer *b, size_t bytes);
 
-/* Keeps this step's gathered payloads (k slots each, nranks of them) as the
- * previous step's: swaps gathered and prev, so no copy. */
-void dgc_registry_keep_gathered(dgc_buffer *b, uint64_t k, int nranks);
+/* Keeps this step's dense sum (in gathered) as the previous step's: swaps
+ * gathered and prev, so no copy. */
+void dgc_registry_keep_dense(dgc_buffer *b, int nranks);
+
+/* Keeps this step's received compact payloads (in wire, after this rank's
+ * own, laid out as code) as the previous step's: swaps wire and prev. */
+void dgc_registry_keep_wire(dgc_buffer *b, const dgc_compact_layout *code, int nranks);
 
 /* Re-reads the memory an entry holds into the totals. */
 void dgc_registry_account(dgc_buffer *b);

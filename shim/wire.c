@@ -83,6 +83,18 @@ dgc_decode_result dgc_wire_scan(const void *base, size_t stride, int nranks, uin
     return DGC_DECODE_OK;
 }
 
+int dgc_wire_check_headers(const void *base, size_t stride, int nranks, uint64_t step, uint64_t n, uint64_t k,
+                           int *nonfinite, char *err, size_t errlen) {
+    *nonfinite = 0;
+    for (int r = 0; r < nranks; r++) {
+        dgc_wire_header h;
+        if (check_header((const char *)base + (size_t)r * stride, r, step, n, k, DGC_WIRE_NONFINITE, &h, err, errlen))
+            return -1;
+        *nonfinite |= (h.flags & DGC_WIRE_NONFINITE) != 0;
+    }
+    return 0;
+}
+
 void dgc_wire_flag_only(void *payload, uint32_t flags, uint64_t step, uint64_t n, uint64_t k) {
     dgc_wire_header h = {DGC_WIRE_MAGIC, flags, step, n, k};
     memcpy(payload, &h, sizeof h);

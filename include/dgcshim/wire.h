@@ -60,6 +60,14 @@ typedef struct {
 dgc_decode_result dgc_wire_scan(const void *base, size_t stride, int nranks, uint64_t step, uint64_t n,
                                 uint64_t k, dgc_wire_summary *sum, char *err, size_t errlen);
 
+/* Checks the headers of nranks payloads stride bytes apart as
+ * dgc_wire_decode checks them: the expected step, n and k, and no flag but
+ * DGC_WIRE_NONFINITE (a payload to be summed). *nonfinite: whether any
+ * carries that flag. Returns 0, or -1 with err naming the rank and what was
+ * wrong. */
+int dgc_wire_check_headers(const void *base, size_t stride, int nranks, uint64_t step, uint64_t n, uint64_t k,
+                           int *nonfinite, char *err, size_t errlen);
+
 /* Writes the header of a payload that carries only flags (FAILED or DENSE). */
 void dgc_wire_flag_only(void *payload, uint32_t flags, uint64_t step, uint64_t n, uint64_t k);
 

@@ -263,11 +263,12 @@ static double compact_bytes(double n, double k) {
     return 40 + 8 * ceil(upper / 64) + 8 * ceil(k * low / 64) + 8 * ceil(k * value_bits / 64);
 }
 
-/* The README's per-buffer formula, for k slots, sparse transport. */
+/* The README's per-buffer formula, for k slots, sparse transport: with
+ * momentum (compensated) the last step's wire buffer is kept too. */
 static double formula(double n, double k, int ranks, int momentum) {
     double payload = 32 + 8 * k, cand = fmin(n, fmax(8 * k, 4096));
     return (momentum ? 4 : 2) * alloc_bytes(4 * n) + 2 * alloc_bytes(4 * cand) + alloc_bytes(payload) +
-           (momentum ? 2 : 1) * alloc_bytes(ranks * payload) + alloc_bytes((ranks + 1) * compact_bytes(n, k));
+           (momentum ? 2 : 1) * alloc_bytes((ranks + 1) * compact_bytes(n, k));
 }
 
 static void mode_memory(const options *o) {
