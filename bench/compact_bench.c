@@ -38,6 +38,7 @@ typedef struct {
     int nks;
     unsigned bits[2];
     int nbits;
+    int ranks;
     int reps;
 } options;
 
@@ -141,12 +142,76 @@ out:
     return rc;
 }
 
+/* The sum of o->ranks payloads of k pairs into an n-float output, as a rank
+ * decodes a step: expanding each into the plain layout then adding the plain
+ * pairs (dgc_compact_expand, dgc_wire_decode_zeroed: the way before
+ * wire_sum.c), against dgc_compact_add reading them in place. Both start
+ * from a zeroed output; their outputs are compared bit for bit first. */
+static int run_sum(const options *o, uint64_t k, unsigned vb) {
+    const uint64_t n = o->n;
+    const int R = o->ranks;
+    dgc_compact_layout L;
+    dgc_compact_layout_for(n, k, vb, &L);
+    const size_t plain_bytes = dgc_wire_bytes(k);
+    unsigned char *compact = malloc(L.bytes * (size_t)R);
+    char *gathered = malloc(plain_bytes * (size_t)R);
+    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+    char err[256] = "";
+    int rc = -1;
+    if (!compact || !gathered || !a || !b) {
+        fprintf(stderr, "compact_bench: out of memory for the sum of k %llu\n", (unsigned long long)k);
+        goto out;
+    }
+    for (int r = 0; r < R; r++) {
+        char *plain = make_plain(n, k, vb);
+        if (!plain || dgc_compact_encode(plain, &L, compact + (size_t)r * L.bytes) != 0) {
+            fprintf(stderr, "compact_bench: could not make rank %d's payload\n", r);
+            free(plain);
+            goto out;
+        }
+        free(plain);
+    }
+    double tx[MAX_REPS] = {0}, ta[MAX_REPS] = {0};
+    for (int rep = 0; rep < o->reps; rep++) {
+        memset(a, 0, n * sizeof *a);
+        memset(b, 0, n * sizeof *b);
+        double t0 = now_s();
+        int bad = 0;
+        for (int r = 0; r < R; r++)
+            bad |= dgc_compact_expand(compact + (size_t)r * L.bytes, &L, r, gathered + (size_t)r * plain_bytes, err,
+                                      sizeof err);
+        bad |= dgc_wire_decode_zeroed(gathered, R, 1, n, k, a, err, sizeof err) != DGC_DECODE_OK;
+        double t1 = now_s();
+        bad |= dgc_compact_add(compact, L.bytes, R, &L, 1.0f, b, err, sizeof err);
+        double t2 = now_s();
+        if (bad || memcmp(a, b, n * sizeof *a) != 0) {
+            fprintf(stderr, "compact_bench: the two sums differ or failed (k %llu, %u bits): %s\n",
+                    (unsigned long long)k, vb, err);
+            goto out;
+        }
+        tx[rep] = t1 - t0;
+        ta[rep] = t2 - t1;
+    }
+    const double ex = best_of(tx, o->reps), ad = best_of(ta, o->reps), per = 1e9 / ((double)k * R);
+    printf("%10llu %10llu %4u %5d %11.2f %11.2f %9.3f %9.3f %7.2f\n", (unsigned long long)n, (unsigned long long)k,
+           vb, R, 1e3 * ex, 1e3 * ad, ex * per, ad * per, ex / ad);
+    fflush(stdout);
+    rc = 0;
+out:
+    free(compact);
+    free(gathered);
+    free(a);
+    free(b);
+    return rc;
+}
+
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: compact_bench [--n N] [--k K[,K...]] [--bits 16|32|16,32] [--reps R]\n"
+            "usage: compact_bench [--n N] [--k K[,K...]] [--bits 16|32|16,32] [--ranks R] [--reps R]\n"
             "  --n     indices below N (default 8388608)\n"
             "  --k     pairs per payload, all real (default 2097152,8389)\n"
             "  --bits  value widths (default 16,32)\n"
+            "  --ranks payloads summed into one output (default 8)\n"
             "  --reps  repetitions, best taken (default 7)\n");
 }
 
@@ -172,6 +237,7 @@ static int parse_args(int argc, char **argv, options *o) {
     o->bits[1] = 32;
     o->nbits = 2;
     o->reps = 7;
+    o->ranks = 8;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         uint64_t u, list[MAX_KS];
@@ -180,7 +246,8 @@ static int parse_args(int argc, char **argv, options *o) {
             usage(stdout);
             exit(0);
         }
-        if (strcmp(a, "--n") && strcmp(a, "--k") && strcmp(a, "--bits") && strcmp(a, "--reps")) {
+        if (strcmp(a, "--n") && strcmp(a, "--k") && strcmp(a, "--bits") && strcmp(a, "--reps") &&
+            strcmp(a, "--ranks")) {
             fprintf(stderr, "compact_bench: unknown option %s\n", a);
             usage(stderr);
             return -1;
@@ -202,6 +269,9 @@ static int parse_args(int argc, char **argv, options *o) {
                 o->bits[j] = (unsigned)list[j];
             }
             o->nbits = c;
+        } else if (!strcmp(a, "--ranks")) {
+            if (parse_u64(val, &u) || u < 1 || u > 4096) goto bad;
+            o->ranks = (int)u;
         } else {
             if (parse_u64(val, &u) || u < 1 || u > MAX_REPS) goto bad;
             o->reps = (int)u;
@@ -230,5 +300,12 @@ int main(int argc, char **argv) {
     for (int b = 0; b < o.nbits; b++)
         for (int j = 0; j < o.nks; j++)
             if (run_one(&o, o.ks[j], o.bits[b])) return 1;
+    printf("\n# the sum of --ranks payloads into one output: expand each then add the plain pairs, against\n"
+           "# dgc_compact_add reading them in place; ms, ns per pair, and the first over the second\n");
+    printf("%10s %10s %4s %5s %11s %11s %9s %9s %7s\n", "n", "k", "bits", "ranks", "expand+add", "compact_add",
+           "ns/pair", "ns/pair", "speedup");
+    for (int b = 0; b < o.nbits; b++)
+        for (int j = 0; j < o.nks; j++)
+            if (run_sum(&o, o.ks[j], o.bits[b])) return 1;
     return 0;
 }

@@ -2,17 +2,19 @@
  * and against an exact top-k, all measured in the same run.
  *
  * For each configuration (momentum 0 and momentum 0.9 by default) it times one
- * DGC step on an n-element fp32 buffer:
+ * DGC step on an n-element fp32 buffer, as the shim's MPI path takes it:
  *     dgc_compress_zeroing              (update u, v; sampled threshold; select; pack;
  *                                        the output zeroed in the same stream)
- *     dgc_wire_decode_zeroed of nranks payloads (this rank's payload replicated)
+ *     dgc_compact_encode                (the payload as the all-gather carries it)
+ *     dgc_compact_add of nranks payloads (this rank's replicated), read in place
  *     dgc_commit                        (swap in the update, mask the sent indices)
  * after a few warm steps, so the residual is non-zero and every buffer is
  * faulted in. The all-gather itself is not timed (it is the network's part).
  *
  * Roofline: the bytes the step must move at the least (read g, v [, u], write
- * v [, u], zero the n-element output, plus the scatter of nranks*k pairs and
- * the k masking writes), divided by the copy bandwidth of a large memcpy in
+ * v [, u], zero the n-element output, the plain payload read and the compact
+ * one written by the encoder, nranks compact payloads read and the scatter
+ * of nranks*k pairs into the output, and the k masking writes), divided by the copy bandwidth of a large memcpy in
  * the same run (counted as 2 x bytes / time). Fraction of roofline =
  * roofline time / engine time; 1.0 would be a step as fast as memcpy moving
  * the same bytes.
@@ -40,6 +42,7 @@
 #include "dgcshim/engine.h"
 #include "bench_util.h"
 #include "dgcshim/wire.h"
+#include "dgcshim/wire_compact.h"
 #include "topk.h"
 
 typedef struct {
@@ -47,6 +50,7 @@ typedef struct {
     int nranks;
     double sparsity;
     double sample_ratio;
+    unsigned value_bits;
     int reps;
     int warm;
     uint64_t copy_mb;
@@ -224,7 +228,8 @@ typedef struct {
     float *vexact;
     float *scratch;
     uint32_t *idx;
-    char *gathered;
+    char *payload;  /* the plain payload */
+    char *gathered; /* the compact payloads */
 } buffers;
 
 static int run_config(const options *o, buffers *b, double momentum, result *res) {
@@ -244,6 +249,9 @@ static int run_config(const options *o, buffers *b, double momentum, result *res
     p.clip_norm = 0;
     p.nranks = o->nranks;
     p.sample_ratio = o->sample_ratio;
+    p.value_bits = o->value_bits;
+    dgc_compact_layout L;
+    dgc_compact_layout_for(n, k, o->value_bits, &L);
 
     size_t pb = dgc_wire_bytes(k);
     char err[256];
@@ -254,25 +262,24 @@ static int run_config(const options *o, buffers *b, double momentum, result *res
         const float *g = b->g[it & 1];
         double t0 = now_s();
         /* As the shim does: the output is zeroed by the update stream. */
-        int zeroed = dgc_compress_zeroing(s, g, &p, b->gathered, b->out);
-        if (zeroed < 0) {
-            fprintf(stderr, "compressor_bench: dgc_compress failed\n");
+        int zeroed = dgc_compress_zeroing(s, g, &p, b->payload, b->out);
+        if (zeroed < 0 || dgc_compact_encode(b->payload, &L, b->gathered) != 0) {
+            fprintf(stderr, "compressor_bench: dgc_compress or dgc_compact_encode failed\n");
             dgc_state_destroy(s);
             return -1;
         }
+        if (!zeroed) memset(b->out, 0, n * sizeof(float)); /* the shim's output is always float-aligned */
         double t1 = now_s();
         /* The all-gather (untimed): every other rank sent the same payload. */
-        for (int r = 1; r < o->nranks; r++) memcpy(b->gathered + (size_t)r * pb, b->gathered, pb);
+        for (int r = 1; r < o->nranks; r++) memcpy(b->gathered + (size_t)r * L.bytes, b->gathered, L.bytes);
         double t2 = now_s();
-        dgc_decode_result dr = (zeroed ? dgc_wire_decode_zeroed : dgc_wire_decode)(b->gathered, o->nranks, p.step, n,
-                                                                                 k, b->out, err, sizeof err);
+        int dr = dgc_compact_add(b->gathered, L.bytes, o->nranks, &L, 1.0f, b->out, err, sizeof err);
         double t3 = now_s();
         selected = dgc_last_selected(s);
         dgc_commit(s, &p);
         double t4 = now_s();
-        if (dr != DGC_DECODE_OK) {
-            fprintf(stderr, "compressor_bench: decode returned %d: %s\n", (int)dr,
-                    dr == DGC_DECODE_BAD ? err : "non-finite");
+        if (dr != 0) {
+            fprintf(stderr, "compressor_bench: dgc_compact_add failed: %s\n", err);
             dgc_state_destroy(s);
             return -1;
         }
@@ -331,12 +338,13 @@ static int run_config(const options *o, buffers *b, double momentum, result *res
         res->memset_ms = 1e3 * best_of(tz, o->reps);
     }
 
-    /* Bytes the step must move: the streams, the zero fill, the scatter of
-     * nranks*k pairs (payload read 8 B, output read-modify-write 8 B) and the
-     * k masking writes per state array. */
+    /* Bytes the step must move: the streams, the zero fill, the encoder
+     * (plain payload in, compact out), the nranks compact payloads read and
+     * the scatter of their nranks*k pairs (output read-modify-write 8 B), and
+     * the k masking writes per state array. */
     double streams = with_u ? 20.0 : 12.0;
-    double bytes = streams * (double)n + 4.0 * (double)n + 16.0 * (double)o->nranks * (double)k +
-                   4.0 * (double)k * (with_u ? 2 : 1);
+    double bytes = streams * (double)n + 4.0 * (double)n + (double)pb + (double)L.bytes +
+                   (double)o->nranks * ((double)L.bytes + 8.0 * (double)k) + 4.0 * (double)k * (with_u ? 2 : 1);
 
     res->momentum = momentum;
     res->n = n;
@@ -363,6 +371,7 @@ static void usage(FILE *f) {
             "  --ranks N          payloads to decode, this rank's replicated (default 4)\n"
             "  --sparsity S       DGC sparsity, k = ceil((1-S)*n) (default 0.999)\n"
             "  --sample-ratio R   DGC_SAMPLE_RATIO for the threshold sample (default 0.01)\n"
+            "  --value-bits B     DGC_VALUE_BITS of the compact payload, 16 or 32 (default 16)\n"
             "  --momentum LIST    comma-separated momenta, one configuration each (default 0,0.9)\n"
             "  --nesterov         Nesterov momentum\n"
             "  --reps N           timed repetitions; the best is reported (default 7)\n"
@@ -385,6 +394,7 @@ static int parse_args(int argc, char **argv, options *o) {
     o->nranks = 4;
     o->sparsity = 0.999;
     o->sample_ratio = 0.01;
+    o->value_bits = 16;
     o->reps = 7;
     o->warm = 3;
     o->copy_mb = 256;
@@ -407,8 +417,8 @@ static int parse_args(int argc, char **argv, options *o) {
             o->phases = 0;
             continue;
         }
-        static const char *const valued[] = {"--n",    "--ranks", "--sparsity", "--sample-ratio", "--reps",
-                                             "--warm", "--copy-mb", "--momentum"};
+        static const char *const valued[] = {"--n",    "--ranks",   "--sparsity", "--sample-ratio", "--reps",
+                                             "--warm", "--copy-mb", "--momentum", "--value-bits"};
         int known = 0;
         for (size_t j = 0; j < sizeof valued / sizeof *valued; j++) known |= !strcmp(a, valued[j]);
         if (!known) {
@@ -431,6 +441,9 @@ static int parse_args(int argc, char **argv, options *o) {
         } else if (!strcmp(a, "--sample-ratio")) {
             if (parse_double(val, &o->sample_ratio) || !(o->sample_ratio > 0 && o->sample_ratio <= 1))
                 goto bad;
+        } else if (!strcmp(a, "--value-bits")) {
+            if (parse_u64(val, &u) || (u != 16 && u != 32)) goto bad;
+            o->value_bits = (unsigned)u;
         } else if (!strcmp(a, "--reps")) {
             if (parse_u64(val, &u) || u < 1 || u > 256) goto bad;
             o->reps = (int)u;
@@ -473,7 +486,10 @@ int main(int argc, char **argv) {
     b.vexact = xmalloc(n * sizeof(float), "exact input");
     b.scratch = xmalloc(n * sizeof(float), "exact scratch");
     b.idx = xmalloc(kmax * sizeof(uint32_t), "exact indices");
-    b.gathered = xmalloc((size_t)o.nranks * dgc_wire_bytes(kmax), "gathered payloads");
+    dgc_compact_layout Lmax;
+    dgc_compact_layout_for(n, kmax, o.value_bits, &Lmax);
+    b.payload = xmalloc(dgc_wire_bytes(kmax), "payload");
+    b.gathered = xmalloc((size_t)o.nranks * Lmax.bytes, "gathered payloads");
     char *csrc = xmalloc(copy_bytes, "copy source");
     char *cdst = xmalloc(copy_bytes, "copy destination");
     fill_gradient(b.g[0], n, 1);
@@ -481,7 +497,8 @@ int main(int argc, char **argv) {
     memset(b.out, 0, n * sizeof(float));
     memset(b.vexact, 0, n * sizeof(float));
     memset(b.scratch, 0, n * sizeof(float));
-    memset(b.gathered, 0, (size_t)o.nranks * dgc_wire_bytes(kmax));
+    memset(b.payload, 0, dgc_wire_bytes(kmax));
+    memset(b.gathered, 0, (size_t)o.nranks * Lmax.bytes);
     memset(csrc, 1, copy_bytes);
     memset(cdst, 0, copy_bytes);
 
@@ -502,7 +519,8 @@ int main(int argc, char **argv) {
         res[c].frac_med = res[c].roofline_ms / res[c].total_med_ms;
     }
 
-    printf("# compressor_bench: host DGC engine, one step = dgc_compress_zeroing + dgc_wire_decode_zeroed + dgc_commit\n");
+    printf("# compressor_bench: host DGC engine, one step = dgc_compress_zeroing + dgc_compact_encode + "
+           "dgc_compact_add + dgc_commit (%u-bit values)\n", o.value_bits);
     printf("# n %llu fp32, sparsity %g (k = %llu), sample_ratio %g, ranks decoded %d, nesterov %d, "
            "momentum masking 1\n",
            (unsigned long long)n, o.sparsity, (unsigned long long)kmax, o.sample_ratio, o.nranks, o.nesterov);
@@ -511,8 +529,8 @@ int main(int argc, char **argv) {
     printf("# copy bandwidth (memcpy %llu MB, 2 x bytes / time, best of %d x %d rounds around the configurations):"
            " %.2f GB/s\n",
            (unsigned long long)o.copy_mb, o.reps, copy_rounds, bw / 1e9);
-    printf("# bytes = (12 B/elem, 20 with momentum) streams + 4 B/elem zero fill + 16 B per decoded pair"
-           " + masking; roofline = bytes / copy bandwidth\n");
+    printf("# bytes = (12 B/elem, 20 with momentum) streams + 4 B/elem zero fill + encoder (plain in, compact out)"
+           " + per rank its compact payload and 8 B per pair scattered + masking; roofline = bytes / copy bandwidth\n");
     printf("# exact = |v| copy + quickselect k-th largest over all n + index collection (no update pass)\n");
     printf("#\n");
     printf("# %10s %9s %5s %9s %9s %9s %9s %9s %9s %9s %7s %6s %9s %8s\n", "", "", "", "", "compress",
@@ -533,11 +551,11 @@ int main(int argc, char **argv) {
                    (unsigned long long)r->selected, (unsigned long long)r->k);
     }
     if (o.phases) {
-        printf("#\n# phase split, ms, best of %d. compress zeroes the output inside its update stream\n"
-               "# (dgc_compress_zeroing, as the shim calls it), so decode is the scatter alone. ref update:\n"
+        printf("#\n# phase split, ms, best of %d. compress (with the encode) zeroes the output inside its update\n"
+               "# stream (dgc_compress_zeroing, as the shim calls it), so decode is the in-place sum alone. ref update:\n"
                "# the update pass's streams and arithmetic alone, no selection, no zeroing, with plain and\n"
                "# with non-temporal stores; ref memset: a separate zero-fill pass, for comparison;\n"
-               "# overhead = compress - the faster ref update (sample, candidate scan, top k, pack, zeroing).\n"
+               "# overhead = compress - the faster ref update (sample, candidate scan, top k, pack, zeroing, encode).\n"
                "# hit16/hit256: share of 16- and 256-element runs holding a |v| >= the 2k-th largest.\n",
                o.reps);
         printf("# %5s %9s %10s %10s %10s %10s %9s %8s %7s %7s\n", "mom", "compress", "ref upd",
@@ -566,6 +584,7 @@ int main(int argc, char **argv) {
     free(b.vexact);
     free(b.scratch);
     free(b.idx);
+    free(b.payload);
     free(b.gathered);
     free(csrc);
     free(cdst);
