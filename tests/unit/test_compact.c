@@ -38,12 +38,15 @@ static void others_agree(const void *compact, const dgc_compact_layout *L, int e
     unsigned char *gathered = calloc(8, L->bytes);
     float *mem = malloc((L->n + 2 * GUARD) * sizeof *mem), *want = calloc(L->n + 1, sizeof *want);
     cr_assert(gathered && mem && want);
-    if (L->k > 0 || L->n > 0) memcpy(gathered + 7 * L->bytes, compact, L->bytes);
+    /* A payload of an unsound layout is not L->bytes long: it is not read
+     * (the layout, every rank's, is refused first), so zeros stand in. */
+    const int unsound = expand_rc && strstr(expand_err, "compact layout") != NULL;
+    if (!unsound) memcpy(gathered + 7 * L->bytes, compact, L->bytes);
     for (uint64_t i = 0; i < L->n + 2 * GUARD; i++) mem[i] = i < GUARD || i >= GUARD + L->n ? NAN : 0.0f;
     err[0] = '\0';
     const int arc = dgc_compact_add(gathered, L->bytes, 8, L, 1.0f, mem + GUARD, err, sizeof err);
     cr_assert_eq(arc, expand_rc, "dgc_compact_add says %d, the expander %d (%s)", arc, expand_rc, err);
-    if (arc && strstr(expand_err, "compact layout")) /* every rank's: rank 0 is named */
+    if (unsound) /* every rank's: rank 0 is named */
         cr_assert(strstr(err, "payload from rank 0: compact layout") && strstr(err, "is not sound"), "%s", err);
     else if (arc)
         cr_assert_str_eq(err, expand_err, "dgc_compact_add's message differs: %s", err);
