@@ -668,17 +668,27 @@ static int canonical_scale(uint32_t max, unsigned vb, int e, int rank, char *err
     return 0;
 }
 
-/* The count values into val; with 16 bits checks that e is the canonical
- * scale: the largest |value| in [2^e, 2^(e+1)), or e 0 when all are 0. */
+/* Value slots [from, to) into val (which holds slot from first): the fast
+ * loop, and the exact one for a range it flags; raises *max (16 bits). -1
+ * for a bad value, named in err. */
+static int expand_value_range(const unsigned char *values, uint64_t from, uint64_t to, unsigned vb, int e, int rank,
+                              unsigned char *val, uint32_t *max, char *err, size_t errlen) {
+    const uint32_t odd = vb == 16 ? expand_halves_fast(values, from, to, e, val, max)
+                                  : expand_floats_fast(values, from, to, val);
+    return odd ? expand_values_exact(values, from, to, vb, e, rank, val, err, errlen) : 0;
+}
+
+/* The count values into val (NULL: only checked, a block at a time through
+ * scratch); with 16 bits checks that e is the canonical scale: the largest
+ * |value| in [2^e, 2^(e+1)), or e 0 when all are 0. */
 static int expand_values(const unsigned char *values, uint64_t count, unsigned vb, int e, int rank,
                          unsigned char *val, char *err, size_t errlen) {
+    unsigned char block[4u * VALUE_BLOCK];
     uint32_t max = 0;
     for (uint64_t from = 0, to; from < count; from = to) {
         to = block_end(from, count);
-        unsigned char *at = val + 4u * from;
-        const uint32_t odd = vb == 16 ? expand_halves_fast(values, from, to, e, at, &max)
-                                      : expand_floats_fast(values, from, to, at);
-        if (odd && expand_values_exact(values, from, to, vb, e, rank, at, err, errlen)) return -1;
+        if (expand_value_range(values, from, to, vb, e, rank, val ? val + 4u * from : block, &max, err, errlen))
+            return -1;
     }
     return canonical_scale(max, vb, e, rank, err, errlen);
 }
@@ -819,6 +829,33 @@ static uint32_t index_chunk(const uint32_t *high, uint32_t *lows, uint64_t m, ui
     return bad;
 }
 
+/* For count >= 1 pairs, whether the upper area passes the fast walk's
+ * checks made before any pair: its last set bit lies before upper_bits, and
+ * the high part it gives the last pair is within the limit's (high parts
+ * never fall from one pair to the next, so that bounds them all). */
+static int highs_bounded(const unsigned char *upper, const dgc_compact_layout *L, uint64_t count) {
+    const uint64_t limit = index_limit(L->n);
+    if (count == 0 || limit == 0) return 0;
+    const uint64_t last = last_set_bit(upper, words_for(L->upper_bits));
+    return last != UINT64_MAX && last < L->upper_bits && last - (count - 1u) <= (limit - 1u) >> L->low_bits;
+}
+
+/* The high parts of the next chunk of pairs into high: the upper area's
+ * bytes from *at on (j pairs before them) through byte_gaps, until a chunk
+ * (INDEX_CHUNK or up to 7 more) is in or the area ends; *at moves past the
+ * bytes read. Returns the chunk's pairs, 0 at the end. */
+static uint64_t next_highs(const unsigned char *upper, uint64_t bytes, uint64_t *at, uint64_t j, uint32_t *high) {
+    uint64_t m = 0, t = *at;
+    for (; t < bytes && m < INDEX_CHUNK; t++) {
+        const unsigned b = upper[t]; /* bits 8t..8t+7: the words are little-endian */
+        const uint32_t base = (uint32_t)(8u * t - j - m);
+        for (unsigned r = 0; r < 8; r++) high[m + r] = base + byte_gaps[b][r]; /* past m + ones: overwritten */
+        m += byte_ones[b];
+    }
+    *at = t;
+    return m;
+}
+
 /* expand_indices_exact's result for a sound payload, in loops without
  * branches on the data. The upper area is taken a byte at a time through
  * byte_gaps into the high parts of a chunk of pairs, which index_chunk then
@@ -838,30 +875,19 @@ static uint32_t index_chunk(const uint32_t *high, uint32_t *lows, uint64_t m, ui
  * some links than in others. */
 static __attribute__((aligned(64))) int expand_indices_fast(const unsigned char *upper, const unsigned char *low, const dgc_compact_layout *L,
                                uint64_t count, unsigned char *idx) {
-    const uint64_t limit = index_limit(L->n), words = words_for(L->upper_bits);
-    const unsigned lb = L->low_bits;
-    if (count == 0 || limit == 0) return -1;
-    const uint64_t last = last_set_bit(upper, words);
-    if (last == UINT64_MAX || last >= L->upper_bits || last - (count - 1u) > (limit - 1u) >> lb) return -1;
+    if (!highs_bounded(upper, L, count)) return -1;
     /* The high parts, below 2^32 when sound, are kept mod 2^32 until then. */
     uint32_t high[INDEX_CHUNK + 8], lows[INDEX_CHUNK + 8];
-    uint64_t j = 0, m = 0, least = 0; /* pairs done, pairs in the chunk */
+    const uint64_t bytes = 8u * words_for(L->upper_bits);
+    uint64_t t = 0, j = 0, m, least = 0; /* upper bytes read, pairs done, pairs in the chunk */
     uint32_t bad = 0;
-    const uint64_t bytes = 8u * words;
-    for (uint64_t t = 0; t < bytes; t++) {
-        const unsigned b = upper[t]; /* bits 8t..8t+7: the words are little-endian */
-        const uint32_t base = (uint32_t)(8u * t - j - m);
-        for (unsigned r = 0; r < 8; r++) high[m + r] = base + byte_gaps[b][r]; /* past m + ones: overwritten */
-        m += byte_ones[b];
-        if (m >= INDEX_CHUNK || (t + 1u == bytes && m)) {
-            if (m > count - j) return -1; /* more set bits than pairs */
-            bad |= index_chunk(high, lows, m, j, low, lb, &least);
-            memcpy(idx + 4u * j, lows, m * sizeof *lows); /* idx is host order */
-            j += m;
-            m = 0;
-        }
+    while ((m = next_highs(upper, bytes, &t, j, high)) != 0) {
+        if (m > count - j) return -1; /* more set bits than pairs */
+        bad |= index_chunk(high, lows, m, j, low, L->low_bits, &least);
+        memcpy(idx + 4u * j, lows, m * sizeof *lows); /* idx is host order */
+        j += m;
     }
-    return bad || j != count || least > limit ? -1 : 0;
+    return bad || j != count || least > index_limit(L->n) ? -1 : 0;
 }
 
 /* The fast walk for a sound payload; the exact one, to find and name the
@@ -928,27 +954,13 @@ int dgc_compact_expand(const void *compact, const dgc_compact_layout *L, int ran
     return 0;
 }
 
-/* The values' checks without their output: a block at a time into scratch. */
-static int check_values(const unsigned char *values, uint64_t count, unsigned vb, int e, int rank, char *err,
-                        size_t errlen) {
-    unsigned char block[4u * VALUE_BLOCK];
-    uint32_t max = 0;
-    for (uint64_t from = 0, to; from < count; from = to) {
-        to = block_end(from, count);
-        const uint32_t odd = vb == 16 ? expand_halves_fast(values, from, to, e, block, &max)
-                                      : expand_floats_fast(values, from, to, block);
-        if (odd && expand_values_exact(values, from, to, vb, e, rank, block, err, errlen)) return -1;
-    }
-    return canonical_scale(max, vb, e, rank, err, errlen);
-}
-
 int dgc_compact_check(const void *compact, const dgc_compact_layout *L, int rank, char *err, size_t errlen) {
     const unsigned char *c = compact;
     const areas a = areas_of(L);
     uint64_t count;
     int e;
     if (check_frame(c, L, &a, rank, &count, &e, err, errlen)) return -1;
-    if (check_values(c + a.values, count, L->value_bits, e, rank, err, errlen)) return -1;
+    if (expand_values(c + a.values, count, L->value_bits, e, rank, NULL, err, errlen)) return -1;
     if (expand_indices_exact(c + a.upper, c + a.low, L, count, rank, NULL, err, errlen)) return -1;
     if (count == 1 && lone_padding(c, &a, L)) return padding_counted(rank, err, errlen);
     return 0;
@@ -973,23 +985,17 @@ int dgc_compact_walk_start(dgc_compact_walk *w, const void *compact, const dgc_c
     if (w->bad) return -1;
     w->count = count;
     w->e = e;
-    const uint64_t last = last_set_bit(w->upper, a.upper_words);
-    if (count == 0) w->bad = last != UINT64_MAX; /* no pairs, no bits */
-    else /* as expand_indices_fast: the last pair's high part is the largest */
-        w->bad = w->limit == 0 || last == UINT64_MAX || last >= L->upper_bits ||
-                 last - (count - 1u) > (w->limit - 1u) >> w->lb;
+    if (count == 0) w->bad = last_set_bit(w->upper, a.upper_words) != UINT64_MAX; /* no pairs, no bits */
+    else w->bad = !highs_bounded(w->upper, L, count);
     if (!w->bad && count == 1 && lone_padding(c, &a, L)) w->bad = 1;
     return w->bad ? -1 : 0;
 }
 
-/* The chunk's values, pairs [j, j + m): the fast loop, the exact one for a
- * block it flags. Nonzero for a bad value. */
+/* The chunk's values, pairs [j, j + m). Nonzero for a bad value. */
 static uint32_t walk_values(dgc_compact_walk *w, uint64_t m) {
-    unsigned char *val = (unsigned char *)w->value;
     char err[256]; /* unread, as in dgc_compact_walk_start */
-    const uint32_t odd = w->vb == 16 ? expand_halves_fast(w->values, w->j, w->j + m, w->e, val, &w->max)
-                                     : expand_floats_fast(w->values, w->j, w->j + m, val);
-    return odd && expand_values_exact(w->values, w->j, w->j + m, w->vb, w->e, 0, val, err, sizeof err);
+    return expand_value_range(w->values, w->j, w->j + m, w->vb, w->e, 0, (unsigned char *)w->value, &w->max, err,
+                              sizeof err) != 0;
 }
 
 /* expand_indices_fast's byte loop, resumed where the last chunk ended: the
@@ -1000,20 +1006,12 @@ static uint32_t walk_values(dgc_compact_walk *w, uint64_t m) {
 uint64_t dgc_compact_walk_next(dgc_compact_walk *w) {
     w->got = w->next = 0;
     if (w->bad || w->j == w->count) return 0;
-    uint32_t *high = w->high;
-    uint64_t m = 0;
-    while (w->t < w->bytes && m < INDEX_CHUNK) {
-        const unsigned b = w->upper[w->t];
-        const uint32_t base = (uint32_t)(8u * w->t - w->j - m);
-        for (unsigned r = 0; r < 8; r++) high[m + r] = base + byte_gaps[b][r];
-        m += byte_ones[b];
-        w->t++;
-    }
+    const uint64_t m = next_highs(w->upper, w->bytes, &w->t, w->j, w->high);
     if (m == 0 || m > w->count - w->j) { /* fewer set bits than pairs, or more */
         w->bad = 1;
         return 0;
     }
-    uint32_t bad = index_chunk(high, w->index, m, w->j, w->low, w->lb, &w->least);
+    uint32_t bad = index_chunk(w->high, w->index, m, w->j, w->low, w->lb, &w->least);
     bad |= w->least > w->limit; /* the chunk's last index is its largest when it is in order */
     bad |= walk_values(w, m);
     if (bad) {
