@@ -113,24 +113,29 @@ static int any_nonfinite(const void *gathered, int nranks, uint64_t k) {
 /* Pairs on average this many elements apart or closer count as dense. */
 #define DENSE_GAP 64
 
-static void add_pairs(const char *p, uint64_t k, float scale, float *out) {
-    dgc_wire_header h; /* n from the header: checked, or this rank's own */
-    memcpy(&h, p, sizeof h);
-    const uint64_t n = h.n;
-    const uint32_t *idx = (const uint32_t *)(p + sizeof(dgc_wire_header));
-    const float *val = (const float *)(p + sizeof(dgc_wire_header) + (size_t)k * 4u);
-    /* Sparse indices are scattered over the whole output, each add a cache
-     * (and often TLB) miss: prefetching PREFETCH_AHEAD pairs ahead overlaps
+int dgc_wire_scattered(uint64_t k, uint64_t n) { return k < n / DENSE_GAP; }
+
+void dgc_wire_scatter_add(const uint32_t *idx, const float *val, uint64_t m, float scale, int scattered, float *out) {
+    /* Scattered indices land all over the output, each add a cache (and
+     * often TLB) miss: prefetching PREFETCH_AHEAD pairs ahead overlaps
      * them. Dense ones (warm-up: a pair every few elements, in order) walk
      * the output as a stream the hardware prefetches by itself, and there the
      * extra load and prefetch per pair only cost. */
     uint64_t j = 0;
-    if (k < n / DENSE_GAP)
-        for (; j + PREFETCH_AHEAD < k; j++) {
+    if (scattered)
+        for (; j + PREFETCH_AHEAD < m; j++) {
             __builtin_prefetch(out + idx[j + PREFETCH_AHEAD], 1);
             out[idx[j]] += scale * val[j]; /* 1.0f * x is x, bit for bit */
         }
-    for (; j < k; j++) out[idx[j]] += scale * val[j];
+    for (; j < m; j++) out[idx[j]] += scale * val[j];
+}
+
+static void add_pairs(const char *p, uint64_t k, float scale, float *out) {
+    dgc_wire_header h; /* n from the header: checked, or this rank's own */
+    memcpy(&h, p, sizeof h);
+    const uint32_t *idx = (const uint32_t *)(p + sizeof(dgc_wire_header));
+    const float *val = (const float *)(p + sizeof(dgc_wire_header) + (size_t)k * 4u);
+    dgc_wire_scatter_add(idx, val, k, scale, dgc_wire_scattered(k, h.n), out);
 }
 
 void dgc_wire_add_own(const void *payload, uint64_t k, float *out) {

@@ -10,38 +10,40 @@
  * every rank adds into it, and each element still receives its ranks' terms
  * in rank order, the order that makes every rank's sum the same bytes. */
 #include <stdio.h>
-#include <string.h>
 
+#include "dgcshim/wire.h"
 #include "dgcshim/wire_compact.h"
 #include "wire_compact_walk.h"
 
 /* Output elements per tile: 128 KiB, well inside a core's L2 next to the
  * ranks' chunks. */
-#define TILE 16384u
+#define TILE 32768u
 /* Ranks walked together: their walks (about 3 KiB each) live on the stack.
  * Ranks past these are summed in further passes, rank order kept. */
 #define RANKS_AT_ONCE 8
-/* Pairs on average this many elements apart or further are scattered:
- * each add a cache miss, overlapped by prefetching PREFETCH_AHEAD ahead. */
-#define SPARSE_GAP 64
-#define PREFETCH_AHEAD 16
+
+/* How many of w's chunk pairs from next on lie below end: all, mostly
+ * (a chunk spans at most a few tiles at warm-up densities), else a binary
+ * search of the sorted indices. */
+static uint64_t stop_below(const dgc_compact_walk *w, uint64_t end) {
+    uint64_t lo = w->next, hi = w->got;
+    if (w->index[hi - 1] < end) return hi;
+    while (lo < hi) {
+        const uint64_t mid = lo + (hi - lo) / 2;
+        if (w->index[mid] < end) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
 
 /* Adds w's pairs below end into out, refilling its chunk as it goes. */
-static void add_until(dgc_compact_walk *w, uint64_t end, float scale, int sparse, float *out) {
+static void add_until(dgc_compact_walk *w, uint64_t end, float scale, int scattered, float *out) {
     for (;;) {
         if (w->next == w->got && dgc_compact_walk_next(w) == 0) return;
-        const uint32_t *idx = w->index;
-        const float *val = w->value;
-        uint64_t j = w->next, got = w->got;
-        if (sparse)
-            for (; j < got && idx[j] < end; j++) {
-                if (j + PREFETCH_AHEAD < got) __builtin_prefetch(out + idx[j + PREFETCH_AHEAD], 1);
-                out[idx[j]] += scale * val[j]; /* 1.0f * x is x, bit for bit */
-            }
-        else
-            for (; j < got && idx[j] < end; j++) out[idx[j]] += scale * val[j];
-        w->next = j;
-        if (j < got) return; /* the next pair is past this tile */
+        const uint64_t stop = stop_below(w, end);
+        dgc_wire_scatter_add(w->index + w->next, w->value + w->next, stop - w->next, scale, scattered, out);
+        w->next = stop;
+        if (stop < w->got) return; /* the next pair is past this tile */
     }
 }
 
@@ -52,10 +54,14 @@ static int add_ranks(const unsigned char *base, size_t stride, int first, int m,
     int bad = 0;
     for (int q = 0; q < m; q++) bad |= dgc_compact_walk_start(&w[q], base + (size_t)(first + q) * stride, L) != 0;
     if (bad) return -1;
-    const int sparse = L->k < L->n / SPARSE_GAP;
-    for (uint64_t tile = 0; tile < L->n; tile += TILE) {
-        const uint64_t end = L->n - tile < TILE ? L->n : tile + TILE;
-        for (int q = 0; q < m; q++) add_until(&w[q], end, scale, sparse, out);
+    /* Scattered pairs miss the cache whether tiled or not: they go in one
+     * tile, so that each add covers a whole chunk and its prefetches reach
+     * 16 pairs ahead (a tile then holds a few pairs a rank). */
+    const int scattered = dgc_wire_scattered(L->k, L->n);
+    const uint64_t span = scattered ? L->n : TILE;
+    for (uint64_t tile = 0; tile < L->n; tile += span) {
+        const uint64_t end = L->n - tile < span ? L->n : tile + span;
+        for (int q = 0; q < m; q++) add_until(&w[q], end, scale, scattered, out);
     }
     for (int q = 0; q < m; q++) bad |= dgc_compact_walk_end(&w[q]) != 0;
     return bad ? -1 : 0;

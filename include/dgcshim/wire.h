@@ -79,6 +79,13 @@ void dgc_wire_flag_only(void *payload, uint32_t flags, uint64_t step, uint64_t n
 dgc_decode_result dgc_wire_decode(const void *gathered, int nranks, uint64_t step, uint64_t n,
                                   uint64_t k, float *out, char *err, size_t errlen);
 
+/* out[idx[j]] += scale * val[j] for j < m, in order (indices checked by
+ * the caller). scattered: whether the pairs lie far apart in out (then each
+ * add is a cache miss, and the adds ahead are prefetched);
+ * dgc_wire_scattered(k, n) says so for k pairs spread over n elements. */
+void dgc_wire_scatter_add(const uint32_t *idx, const float *val, uint64_t m, float scale, int scattered, float *out);
+int dgc_wire_scattered(uint64_t k, uint64_t n);
+
 /* Adds the pairs of one payload (checked by the caller: this rank's own)
  * into out, for a dense sum of the selected pairs. */
 void dgc_wire_add_own(const void *payload, uint64_t k, float *out);
