@@ -130,7 +130,7 @@ static int dense_path(dgc_comm *c, dgc_buffer *b, int local, const float *g, flo
     if (local == DGC_PART_STATE) {
         dgc_wire_add_own(b->payload, p->k, work); /* work was zeroed by the compression */
         dgc_commit(b->state, p);
-        b->prev_k = 0;
+        b->prev_code.k = 0;
         b->prev_dense = 0;
     } else if (work != g) {
         memcpy(work, g, (size_t)n * sizeof *work);
@@ -158,13 +158,13 @@ static void subtract_previous(dgc_buffer *b, float *out, const dgc_step_params *
     if (b->prev_dense) {
         const float *prev = b->prev, scale = -p->momentum;
         for (uint64_t i = 0; i < b->count; i++) out[i] += scale * prev[i];
-    } else if (b->prev_k && b->prev_nranks == p->nranks) {
+    } else if (b->prev_code.k && b->prev_nranks == p->nranks) {
         const dgc_compact_layout *code = &b->prev_code;
         if (dgc_compact_add((const char *)b->prev + code->bytes, code->bytes, p->nranks, code, -p->momentum, out,
                             err, sizeof err)) /* they were summed once already: cannot happen */
             DGC_ERROR("kept payloads of a %llu-element buffer no longer pass their checks (a bug): %s",
                       (unsigned long long)b->count, err);
-    } else if (b->prev_k) {
+    } else if (b->prev_code.k) {
         DGC_WARN("kept payloads of a %llu-element buffer came from %d ranks, this call has %d: compensation restarts",
                  (unsigned long long)b->count, b->prev_nranks, p->nranks);
     }

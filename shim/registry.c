@@ -431,14 +431,13 @@ static void swap_into_prev(dgc_buffer *b, void **buf, size_t *cap) {
 
 void dgc_registry_keep_dense(dgc_buffer *b, int nranks) {
     swap_into_prev(b, &b->gathered, &b->gathered_cap);
-    b->prev_k = 0;
+    b->prev_code = (dgc_compact_layout){0};
     b->prev_nranks = nranks;
     b->prev_dense = 1;
 }
 
 void dgc_registry_keep_wire(dgc_buffer *b, const dgc_compact_layout *code, int nranks) {
     swap_into_prev(b, &b->wire, &b->wire_cap);
-    b->prev_k = code->k;
     b->prev_code = *code;
     b->prev_nranks = nranks;
     b->prev_dense = 0;

@@ -66,12 +66,11 @@ typedef struct dgc_buffer {
     size_t payload_cap, gathered_cap;
     /* Momentum compensation's S_{t-1}: the last decoded step's wire buffer
      * (its compact payloads as received: prev_nranks of them, laid out as
-     * prev_code, the first at prev + prev_code.bytes), or with prev_dense
-     * the last step's dense sum S (count floats): it went by the dense
-     * transport. */
+     * prev_code, the first at prev + prev_code.bytes; prev_code.k 0 when
+     * there is none), or with prev_dense the last step's dense sum S (count
+     * floats): it went by the dense transport. */
     void *prev;
     size_t prev_cap;
-    uint64_t prev_k;  /* their k; 0 when there is no previous step */
     int prev_nranks;
     int prev_dense;
     dgc_compact_layout prev_code;
