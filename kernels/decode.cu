@@ -10,26 +10,30 @@
  *                 strictly increasing), so no two threads meet and no
  *                 floating-point atomic is needed (invariant 3)
  *   sub x nranks  momentum compensation: += (-m) * the kept previous pairs
+ *                 (or the kept dense vector, after a dense-transport step)
  *   average / convert
  *   mask          v = 0 (and u = 0) at this rank's own sent indices, in the spares
  *   finish        the spares become the committed state; the gathered
  *                 payloads are kept for the next compensation
+ * Everything from the compensation on is launch_decode_tail, which the
+ * dense transport's decode (dense.cu) shares.
  * Padding slots (index 0, +0.0f) are skipped: the host adds them, but
  * x + 0.0f == x bit for bit for every x a sum of non-zero values can hold
  * (only -0.0f would change, and a sum starting at +0.0f never is -0.0f). */
 #include <stdio.h>
 
 #include "device.cuh"
+#include "headers.cuh"
 
 using namespace dgc_cuda;
 
 namespace {
 
-constexpr unsigned int kKnownFlags = DGC_WIRE_NONFINITE | DGC_WIRE_FAILED; /* DENSE has no meaning here */
 constexpr int kSlotBits = 40;
 
+__device__ __forceinline__ size_t dgc_wire_bytes_device(uint64_t k) { return sizeof(dgc_wire_header) + 8 * (size_t)k; }
 __device__ __forceinline__ const char *payload_at(const char *base, int r, uint64_t k) {
-    return base + (size_t)r * (sizeof(dgc_wire_header) + 8 * (size_t)k);
+    return base + (size_t)r * dgc_wire_bytes_device(k);
 }
 __device__ __forceinline__ const uint32_t *indices_of(const char *pl) {
     return reinterpret_cast<const uint32_t *>(pl + sizeof(dgc_wire_header));
@@ -38,18 +42,6 @@ __device__ __forceinline__ const float *values_of(const char *pl, uint64_t k) {
     return reinterpret_cast<const float *>(pl + sizeof(dgc_wire_header) + 4 * k);
 }
 __device__ __forceinline__ bool is_padding(uint32_t i, float v) { return i == 0 && __float_as_uint(v) == 0; }
-
-/* DGC_GPU_BAD_MAGIC / _HEADER for a header that does not fit this call, 0
- * when it does; *value: what was wrong. */
-__device__ unsigned int header_fault(const dgc_wire_header *h, uint64_t step, uint64_t n, uint64_t k,
-                                     unsigned long long *value) {
-    if (h->magic != DGC_WIRE_MAGIC) { *value = h->magic; return DGC_GPU_BAD_MAGIC; }
-    if (h->flags & ~kKnownFlags) { *value = h->flags; return DGC_GPU_BAD_MAGIC; }
-    if (h->step != step) { *value = h->step; return DGC_GPU_BAD_HEADER; }
-    if (h->n != n) { *value = h->n; return DGC_GPU_BAD_HEADER; }
-    if (h->k != k) { *value = h->k; return DGC_GPU_BAD_HEADER; }
-    return 0;
-}
 
 /* DGC_GPU_BAD_INDEX / _ORDER for slot j, 0 when sound: padding, or a real
  * pair with an index below n, above the previous slot's, which is real. */
@@ -82,52 +74,6 @@ __global__ void __launch_bounds__(kThreads) validate_kernel(const char *gathered
     }
 }
 
-/* The first bad payload goes into the report once; the fields before bad,
- * so that a host seeing bad set reads them whole. Mapped memory: plain
- * stores from one thread, no atomics (not atomic over PCIe). */
-__device__ void report_bad(dgc_gpu_report *rep, unsigned int reason, int rank, uint64_t slot, uint64_t value,
-                           uint64_t step) {
-    if (!rep) return;
-    volatile dgc_gpu_report *r = rep;
-    if (r->bad != 0) return;
-    r->bad_rank = rank;
-    r->bad_slot = slot;
-    r->bad_value = value;
-    r->bad_step = step;
-    __threadfence_system();
-    r->bad = reason;
-}
-
-/* Some rank failed or was non-finite: the counters. */
-__device__ void report_dropped(dgc_gpu_report *rep, int first_failed, unsigned long long *state_count) {
-    if (rep) {
-        volatile dgc_gpu_report *r = rep;
-        if (first_failed >= 0) {
-            r->failed_rank = first_failed;
-            __threadfence_system(); /* the rank before the count, as report_bad orders its fields */
-            r->failed = r->failed + 1;
-        } else {
-            r->nonfinite = r->nonfinite + 1;
-        }
-    }
-    if (state_count) {
-        volatile unsigned long long *c = state_count;
-        *c = *c + 1;
-    }
-}
-
-/* Lowest rank flagged FAILED (-1: none); *nonfinite when some is NONFINITE. */
-__device__ int scan_flags(const char *gathered, int nranks, uint64_t k, bool *nonfinite) {
-    int first_failed = -1;
-    *nonfinite = false;
-    for (int r = 0; r < nranks; r++) {
-        const uint32_t f = reinterpret_cast<const dgc_wire_header *>(payload_at(gathered, r, k))->flags;
-        if ((f & DGC_WIRE_FAILED) && first_failed < 0) first_failed = r;
-        if (f & DGC_WIRE_NONFINITE) *nonfinite = true;
-    }
-    return first_failed;
-}
-
 __global__ void finalize_kernel(const char *gathered, int nranks, uint64_t step, uint64_t n, uint64_t k, scratch *sc,
                                 dgc_gpu_report *rep, unsigned long long *state_count) {
     const unsigned long long key = sc->bad_key;
@@ -145,7 +91,7 @@ __global__ void finalize_kernel(const char *gathered, int nranks, uint64_t step,
         return;
     }
     bool nonfinite;
-    const int first_failed = scan_flags(gathered, nranks, k, &nonfinite);
+    const int first_failed = scan_flags(gathered, dgc_wire_bytes_device(k), nranks, &nonfinite);
     if (first_failed >= 0 || nonfinite) {
         sc->dec_mode = DEC_NAN;
         report_dropped(rep, first_failed, state_count);
@@ -178,7 +124,7 @@ __global__ void __launch_bounds__(kThreads) add_kernel(const char *pl, uint64_t 
  * out[idx] += (-m) * val, the product rounded, then the sum). */
 __global__ void __launch_bounds__(kThreads) sub_kernel(const char *prev, int r, int nranks, float neg_m, float *acc,
                                                        const scratch *sc) {
-    if (sc->dec_mode != DEC_OK || !sc->prev_valid || sc->prev_nranks != nranks) return;
+    if (sc->dec_mode != DEC_OK || sc->prev_kind != PREV_SPARSE || sc->prev_nranks != nranks) return;
     const uint64_t k = sc->prev_k;
     const char *pl = payload_at(prev, r, k);
     const uint32_t *idx = indices_of(pl);
@@ -189,6 +135,35 @@ __global__ void __launch_bounds__(kThreads) sub_kernel(const char *prev, int r, 
         if (is_padding(i, x)) continue;
         const float d = neg_m * x;
         acc[i] = acc[i] + d;
+    }
+}
+
+/* The kept dense vector of a dense-transport step, times -m, on a sparse
+ * step (the MPI path's subtract_previous: out[i] += (-m) * prev[i]). */
+__global__ void __launch_bounds__(kThreads) sub_dense_kernel(const float *prev, uint64_t n, float neg_m, float *acc,
+                                                             const scratch *sc) {
+    if (sc->dec_mode != DEC_OK || sc->prev_kind != PREV_DENSE) return;
+    for (uint64_t i = blockIdx.x * (uint64_t)kThreads + threadIdx.x; i < n; i += (uint64_t)gridDim.x * kThreads) {
+        const float d = neg_m * prev[i];
+        acc[i] = acc[i] + d;
+    }
+}
+
+/* A dense-transport step keeps its sum S_t as a dense vector. After a dense
+ * step, one pass subtracts m S_{t-1} and keeps S_t in its place (the MPI
+ * path's compensate_dense); otherwise S_t is copied first, and the kept
+ * payloads (if any) are subtracted after it by sub_kernel. */
+__global__ void __launch_bounds__(kThreads) keep_dense_kernel(float *prev, uint64_t n, float neg_m, float *acc,
+                                                              const scratch *sc) {
+    if (sc->dec_mode != DEC_OK) return;
+    const bool swap = sc->prev_kind == PREV_DENSE;
+    for (uint64_t i = blockIdx.x * (uint64_t)kThreads + threadIdx.x; i < n; i += (uint64_t)gridDim.x * kThreads) {
+        const float x = acc[i];
+        if (swap) {
+            const float d = neg_m * prev[i];
+            acc[i] = x + d;
+        }
+        prev[i] = x;
     }
 }
 
@@ -234,18 +209,20 @@ __global__ void __launch_bounds__(kThreads) mask_kernel(const scratch *sc, const
 }
 
 /* Commit: flip the committed half (no other thread of this kernel reads
- * cur), and keep the gathered payloads for the next compensation. */
+ * cur), and note how this step's sum is kept for the next compensation:
+ * the gathered payloads copied (PREV_SPARSE), or already in prev_dense
+ * (PREV_DENSE). */
 __global__ void __launch_bounds__(kThreads) finish_kernel(scratch *sc, const unsigned long long *gathered,
                                                           unsigned long long *prev, uint64_t words, uint64_t k,
                                                           int nranks, int keep) {
     if (sc->dec_mode != DEC_OK) return;
-    if (keep)
+    if (keep == PREV_SPARSE)
         for (uint64_t w = blockIdx.x * (uint64_t)kThreads + threadIdx.x; w < words; w += (uint64_t)gridDim.x * kThreads)
             prev[w] = gathered[w];
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         sc->cur ^= 1;
-        if (keep) {
-            sc->prev_valid = 1;
+        if (keep != PREV_NONE) {
+            sc->prev_kind = keep;
             sc->prev_k = k;
             sc->prev_nranks = nranks;
         }
@@ -264,20 +241,27 @@ __global__ void flag_only_kernel(void *payload, uint32_t flags, uint64_t step, u
 
 /* A rank without state: the headers only (its own carries only flags; the
  * others' slots are not its business), then the step fails everywhere. */
-__global__ void stateless_kernel(const char *gathered, int nranks, uint64_t step, uint64_t n, uint64_t k,
-                                 dgc_gpu_report *rep) {
-    for (int r = 0; r < nranks; r++) {
-        unsigned long long value = 0;
-        const unsigned int why =
-            header_fault(reinterpret_cast<const dgc_wire_header *>(payload_at(gathered, r, k)), step, n, k, &value);
-        if (why) {
-            report_bad(rep, why, r, 0, value, step);
-            return;
-        }
-    }
-    bool nonfinite;
-    report_dropped(rep, scan_flags(gathered, nranks, k, &nonfinite), nullptr);
+__global__ void stateless_kernel(const char *gathered, size_t stride, int nranks, uint64_t step, uint64_t n,
+                                 uint64_t k, dgc_gpu_report *rep) {
+    (void)decide_from_headers(gathered, stride, nranks, step, n, k, rep, nullptr);
 }
+
+int multiprocessors(void) {
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        return 1;
+    return sms;
+}
+
+#define CHECK(what)                                                                                                  \
+    do {                                                                                                             \
+        cudaError_t e_ = cudaGetLastError();                                                                         \
+        if (e_ != cudaSuccess) return fail(err, errlen, what, e_);                                                   \
+    } while (0)
+
+} // namespace
+
+namespace dgc_cuda {
 
 cudaError_t nan_launch(void *out, dgc_gpu_dtype dtype, uint64_t n, const int *mode, int sms, cudaStream_t st) {
     const unsigned int grid = grid_for(n, sms, 8);
@@ -289,13 +273,6 @@ cudaError_t nan_launch(void *out, dgc_gpu_dtype dtype, uint64_t n, const int *mo
     return cudaGetLastError();
 }
 
-int multiprocessors(void) {
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-        return 1;
-    return sms;
-}
-
 dgc_gpu_report *device_report(dgc_gpu_report *report, cudaError_t *e) {
     *e = cudaSuccess;
     if (!report) return nullptr;
@@ -304,61 +281,28 @@ dgc_gpu_report *device_report(dgc_gpu_report *report, cudaError_t *e) {
     return static_cast<dgc_gpu_report *>(d);
 }
 
-#define CHECK(what)                                                                                                  \
-    do {                                                                                                             \
-        cudaError_t e_ = cudaGetLastError();                                                                         \
-        if (e_ != cudaSuccess) return fail(err, errlen, what, e_);                                                   \
-    } while (0)
-
-} // namespace
-
-extern "C" int dgc_gpu_decode(dgc_gpu_state *s, void *out, dgc_gpu_dtype dtype, const dgc_step_params *p,
-                              int compensate, int average, dgc_gpu_report *report, dgc_cuda_stream stream, char *err,
-                              size_t errlen) {
-    if (!s || !out || !p) return fail_msg(err, errlen, "dgc_gpu_decode: NULL argument");
+int launch_decode_tail(dgc_gpu_state *s, void *out, float *acc, dgc_gpu_dtype dtype, const dgc_step_params *p,
+                       int keep, int average, uint64_t k, cudaStream_t st, char *err, size_t errlen) {
     const dgc_gpu_shape *sh = &s->shape;
-    const uint64_t n = sh->n, k = p->k;
+    const uint64_t n = sh->n;
     const int nranks = p->nranks;
-    const int keep = compensate && p->momentum > 0.0f;
-    if (p->n != n || k < 1 || k > sh->k || nranks < 1 || nranks > sh->nranks ||
-        (unsigned)dtype > (unsigned)DGC_GPU_BF16 || (dtype != DGC_GPU_F32 && !s->acc) || (keep && !s->prev)) {
-        char msg[240];
-        snprintf(msg, sizeof msg,
-                 "dgc_gpu_decode: call (n %llu, k %llu, nranks %d, dtype %d, compensation %d) does not fit the state "
-                 "(n %llu, k %llu, nranks %d, dtype %d, keep_prev %d)",
-                 (unsigned long long)p->n, (unsigned long long)k, nranks, (int)dtype, keep, (unsigned long long)n,
-                 (unsigned long long)sh->k, sh->nranks, (int)sh->dtype, sh->keep_prev);
-        return fail_msg(err, errlen, msg);
-    }
-    cudaStream_t st = (cudaStream_t)stream;
-    cudaError_t e;
-    dgc_gpu_report *rep = device_report(report, &e);
-    if (e != cudaSuccess) return fail(err, errlen, "cudaHostGetDevicePointer of the report", e);
     scratch *sc = s->sc;
-    const char *gathered = static_cast<const char *>(s->gathered);
-    const size_t wb = dgc_wire_bytes(k);
-    float *acc = dtype == DGC_GPU_F32 ? static_cast<float *>(out) : s->acc;
-    const float nr = (float)nranks;
-
-    validate_kernel<<<grid_for((uint64_t)nranks * k, s->sms, 8), kThreads, 0, st>>>(gathered, nranks, p->step, n, k,
-                                                                                     sc);
-    CHECK("launching the payloads' check");
-    finalize_kernel<<<1, 1, 0, st>>>(gathered, nranks, p->step, n, k, sc, rep, s->nonfinite_dev);
-    CHECK("launching the decode's decision");
-    if (dtype == DGC_GPU_F32 && (e = nan_launch(out, dtype, n, &sc->dec_mode, s->sms, st)) != cudaSuccess)
-        return fail(err, errlen, "launching the NaN fill", e);
-    for (int r = 0; r < nranks; r++) {
-        add_kernel<<<grid_for(k, s->sms, 8), kThreads, 0, st>>>(gathered + (size_t)r * wb, k, acc, sc);
-        CHECK("launching a rank's sum");
+    const unsigned int dense = grid_for(n, s->sms, 8);
+    if (keep == PREV_DENSE) { /* S_t kept (and m S_{t-1} subtracted, when it was dense too) before the pairs go */
+        keep_dense_kernel<<<dense, kThreads, 0, st>>>(s->prev_dense, n, -p->momentum, acc, sc);
+        CHECK("launching the dense compensation");
+    } else if (keep == PREV_SPARSE && s->prev_dense) {
+        sub_dense_kernel<<<dense, kThreads, 0, st>>>(s->prev_dense, n, -p->momentum, acc, sc);
+        CHECK("launching the dense compensation");
     }
-    if (keep) {
+    if (keep != PREV_NONE && s->prev) {
         for (int r = 0; r < nranks; r++) {
-            sub_kernel<<<grid_for(sh->k, s->sms, 8), kThreads, 0, st>>>(static_cast<const char *>(s->prev), r, nranks,
-                                                                        -p->momentum, acc, sc);
+            sub_kernel<<<grid_for(sh->sparse_k, s->sms, 8), kThreads, 0, st>>>(static_cast<const char *>(s->prev), r,
+                                                                               nranks, -p->momentum, acc, sc);
             CHECK("launching the momentum compensation");
         }
     }
-    const unsigned int dense = grid_for(n, s->sms, 8);
+    const float nr = (float)nranks;
     if (dtype == DGC_GPU_F32) {
         if (average) {
             average_kernel<<<dense, kThreads, 0, st>>>(acc, n, nr, sc);
@@ -374,12 +318,55 @@ extern "C" int dgc_gpu_decode(dgc_gpu_state *s, void *out, dgc_gpu_dtype dtype, 
     float *u2 = s->u2 && p->momentum_masking ? s->u2 : nullptr;
     mask_kernel<<<grid_for(k, s->sms, 8), kThreads, 0, st>>>(sc, s->keys[s->sorted], s->v2, u2, s->ns);
     CHECK("launching the masking");
-    const uint64_t words = keep ? (uint64_t)nranks * wb / 8 : 0;
-    finish_kernel<<<keep ? grid_for(words, s->sms, 8) : 1, kThreads, 0, st>>>(
+    const uint64_t words = keep == PREV_SPARSE ? (uint64_t)nranks * dgc_wire_bytes(k) / 8 : 0;
+    finish_kernel<<<words ? grid_for(words, s->sms, 8) : 1, kThreads, 0, st>>>(
         sc, static_cast<const unsigned long long *>(s->gathered), static_cast<unsigned long long *>(s->prev), words, k,
         nranks, keep);
     CHECK("launching the commit");
     return 0;
+}
+
+} // namespace dgc_cuda
+
+extern "C" int dgc_gpu_decode(dgc_gpu_state *s, void *out, dgc_gpu_dtype dtype, const dgc_step_params *p,
+                              int compensate, int average, dgc_gpu_report *report, dgc_cuda_stream stream, char *err,
+                              size_t errlen) {
+    if (!s || !out || !p) return fail_msg(err, errlen, "dgc_gpu_decode: NULL argument");
+    const dgc_gpu_shape *sh = &s->shape;
+    const uint64_t n = sh->n, k = p->k;
+    const int nranks = p->nranks;
+    const int keep = compensate && p->momentum > 0.0f;
+    if (p->n != n || k < 1 || k > sh->sparse_k || nranks < 1 || nranks > sh->nranks ||
+        (unsigned)dtype > (unsigned)DGC_GPU_BF16 || (dtype != DGC_GPU_F32 && !s->acc) || (keep && !s->prev)) {
+        char msg[240];
+        snprintf(msg, sizeof msg,
+                 "dgc_gpu_decode: call (n %llu, k %llu, nranks %d, dtype %d, compensation %d) does not fit the state "
+                 "(n %llu, sparse k %llu, nranks %d, dtype %d, keep_prev %d)",
+                 (unsigned long long)p->n, (unsigned long long)k, nranks, (int)dtype, keep, (unsigned long long)n,
+                 (unsigned long long)sh->sparse_k, sh->nranks, (int)sh->dtype, sh->keep_prev);
+        return fail_msg(err, errlen, msg);
+    }
+    cudaStream_t st = (cudaStream_t)stream;
+    cudaError_t e;
+    dgc_gpu_report *rep = device_report(report, &e);
+    if (e != cudaSuccess) return fail(err, errlen, "cudaHostGetDevicePointer of the report", e);
+    scratch *sc = s->sc;
+    const char *gathered = static_cast<const char *>(s->gathered);
+    const size_t wb = dgc_wire_bytes(k);
+    float *acc = dtype == DGC_GPU_F32 ? static_cast<float *>(out) : s->acc;
+
+    validate_kernel<<<grid_for((uint64_t)nranks * k, s->sms, 8), kThreads, 0, st>>>(gathered, nranks, p->step, n, k,
+                                                                                     sc);
+    CHECK("launching the payloads' check");
+    finalize_kernel<<<1, 1, 0, st>>>(gathered, nranks, p->step, n, k, sc, rep, s->nonfinite_dev);
+    CHECK("launching the decode's decision");
+    if (dtype == DGC_GPU_F32 && (e = nan_launch(out, dtype, n, &sc->dec_mode, s->sms, st)) != cudaSuccess)
+        return fail(err, errlen, "launching the NaN fill", e);
+    for (int r = 0; r < nranks; r++) {
+        add_kernel<<<grid_for(k, s->sms, 8), kThreads, 0, st>>>(gathered + (size_t)r * wb, k, acc, sc);
+        CHECK("launching a rank's sum");
+    }
+    return launch_decode_tail(s, out, acc, dtype, p, keep ? PREV_SPARSE : PREV_NONE, average, k, st, err, errlen);
 }
 
 extern "C" int dgc_gpu_flag_only(void *payload, uint32_t flags, const dgc_step_params *p, dgc_cuda_stream stream) {
@@ -389,15 +376,17 @@ extern "C" int dgc_gpu_flag_only(void *payload, uint32_t flags, const dgc_step_p
     return e == cudaSuccess ? 0 : fail(nullptr, 0, "launching a flag-only header", e);
 }
 
-extern "C" int dgc_gpu_decode_stateless(const void *gathered, void *out, dgc_gpu_dtype dtype,
+extern "C" int dgc_gpu_decode_stateless(const void *gathered, size_t stride, void *out, dgc_gpu_dtype dtype,
                                         const dgc_step_params *p, dgc_gpu_report *report, dgc_cuda_stream stream) {
-    if (!gathered || !out || !p || p->nranks < 1 || (unsigned)dtype > (unsigned)DGC_GPU_BF16)
+    if (!gathered || !out || !p || p->nranks < 1 || stride < sizeof(dgc_wire_header) ||
+        (unsigned)dtype > (unsigned)DGC_GPU_BF16)
         return fail_msg(nullptr, 0, "dgc_gpu_decode_stateless: bad argument");
     cudaStream_t st = (cudaStream_t)stream;
     cudaError_t e;
     dgc_gpu_report *rep = device_report(report, &e);
     if (e != cudaSuccess) return fail(nullptr, 0, "cudaHostGetDevicePointer of the report", e);
-    stateless_kernel<<<1, 1, 0, st>>>(static_cast<const char *>(gathered), p->nranks, p->step, p->n, p->k, rep);
+    stateless_kernel<<<1, 1, 0, st>>>(static_cast<const char *>(gathered), stride, p->nranks, p->step, p->n, p->k,
+                                      rep);
     if ((e = cudaGetLastError()) != cudaSuccess) return fail(nullptr, 0, "launching the stateless check", e);
     if ((e = nan_launch(out, dtype, p->n, nullptr, multiprocessors(), st)) != cudaSuccess)
         return fail(nullptr, 0, "launching the NaN fill", e);

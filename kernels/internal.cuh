@@ -35,6 +35,10 @@ constexpr unsigned long long kNoBad = ~0ull; /* bad_key when no payload failed i
 enum { MODE_ALL = 0, MODE_CANDIDATES = 1, MODE_EXACT = 2 };
 /* Decode outcomes, chosen on the device from the gathered headers. */
 enum { DEC_OK = 0, DEC_BAD = 1, DEC_NAN = 2 };
+/* How the previous finite step's sum is kept for the compensation: the
+ * gathered payloads of a sparse step (prev), or the dense vector of a
+ * dense-transport step (prev_dense). */
+enum { PREV_NONE = 0, PREV_SPARSE = 1, PREV_DENSE = 2 };
 
 /* One radix select: the want-th largest key among count values, keys being
  * the bit patterns of |value| (non-negative floats order like their bits).
@@ -59,7 +63,7 @@ struct select_job {
  * the rest is reset by each compress. */
 struct scratch {
     int cur;                 /* which half of v2 (and u2) is committed */
-    int prev_valid;          /* gathered payloads of a committed step are kept in prev */
+    int prev_kind;           /* PREV_*: how the last committed step's sum is kept */
     int prev_nranks;
     int mode;                /* MODE_* of this call's selection */
     unsigned long long prev_k;
@@ -97,7 +101,9 @@ struct dgc_gpu_state {
     size_t sort_temp_bytes;
     void *payload;           /* dgc_wire_bytes(k) */
     void *gathered;          /* nranks * dgc_wire_bytes(k) */
-    void *prev;              /* the same, when keep_prev */
+    void *prev;              /* nranks * dgc_wire_bytes(sparse_k), when keep_prev and sparse_k */
+    float *prev_dense;       /* n, when keep_prev and dense */
+    float *spare;            /* nranks, when dense: the dense sum's elements past its blocks */
     dgc_cuda::scratch *sc;
     unsigned long long *nonfinite_host; /* mapped: steps dropped, for dgc_gpu_state_nonfinite */
     unsigned long long *nonfinite_dev;
@@ -131,6 +137,21 @@ cudaError_t launch_sample(dgc_gpu_state *s, const void *g, dgc_gpu_dtype dtype, 
                           const dgc_sample_plan *sp, cudaStream_t st);
 /* The four passes over a job; max_count bounds the job's count (grid size). */
 cudaError_t launch_select(dgc_gpu_state *s, select_job *job, uint64_t max_count, cudaStream_t st);
+
+/* decode.cu: what both transports' decodes share. */
+/* out = NaN in dtype, when *mode is DEC_NAN (mode NULL: unconditionally). */
+cudaError_t nan_launch(void *out, dgc_gpu_dtype dtype, uint64_t n, const int *mode, int sms, cudaStream_t st);
+/* The report's device address (NULL for no report). */
+dgc_gpu_report *device_report(dgc_gpu_report *report, cudaError_t *e);
+/* After the sum of the call's pairs is in acc (out, or the accumulator):
+ * the compensation (keep: PREV_SPARSE or PREV_DENSE, how this step's sum is
+ * to be kept; PREV_NONE: no compensation), the average, the conversion to
+ * dtype, the masking and the commit, each a no-op unless the decode's
+ * outcome is DEC_OK (the conversion writes NaN for DEC_NAN). k: the call's
+ * slots, for keeping its payloads. Returns 0, or -1 (err) when a launch
+ * failed. */
+int launch_decode_tail(dgc_gpu_state *s, void *out, float *acc, dgc_gpu_dtype dtype, const dgc_step_params *p,
+                       int keep, int average, uint64_t k, cudaStream_t st, char *err, size_t errlen);
 
 } // namespace dgc_cuda
 

@@ -72,7 +72,7 @@ uint64_t stride_of(uint64_t n) { return (n + 63) / 64 * 64; }
 
 /* Offsets of every array in the one allocation. */
 struct layout {
-    size_t v2, u2, acc, cand_idx, cand_val, keys0, vals0, temp, payload, gathered, prev, sc, total;
+    size_t v2, u2, acc, cand_idx, cand_val, keys0, vals0, temp, payload, gathered, prev, prev_dense, spare, sc, total;
     size_t temp_bytes;
     uint64_t cap;
 };
@@ -110,20 +110,29 @@ cudaError_t plan(const dgc_gpu_shape *sh, layout *l) {
     l->keys0 = o; o += up(k * sizeof(uint32_t));
     l->vals0 = o; o += up(k * f);
     l->temp = o; o += up(l->temp_bytes);
+    /* Gathered: the sparse steps' payloads, or the dense steps' headers;
+     * kept: the payloads of a sparse step, the vector of a dense one. */
+    const size_t ws = sh->sparse_k ? dgc_wire_bytes(sh->sparse_k) : 0;
+    const size_t gathered = ws > sizeof(dgc_wire_header) || !sh->dense ? ws : sizeof(dgc_wire_header);
     l->payload = o; o += up(w);
-    l->gathered = o; o += up(r * w);
-    l->prev = o; o += sh->keep_prev ? up(r * w) : 0;
+    l->gathered = o; o += up(r * gathered);
+    l->prev = o; o += sh->keep_prev ? up(r * ws) : 0;
+    l->prev_dense = o; o += sh->keep_prev && sh->dense ? up(n * f) : 0;
+    l->spare = o; o += sh->dense ? up(r * f) : 0;
     l->sc = o; o += up(sizeof(scratch));
     l->total = o;
     return cudaSuccess;
 }
 
 int shape_ok(const dgc_gpu_shape *sh, char *err, size_t errlen) {
-    if (!sh || sh->n == 0 || sh->n > UINT32_MAX || sh->k == 0 || sh->k > sh->n || sh->nranks < 1 ||
-        (unsigned)sh->dtype > (unsigned)DGC_GPU_BF16) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "bad GPU state shape (n %llu, k %llu, nranks %d): need 1 <= k <= n < 2^32",
-                 sh ? (unsigned long long)sh->n : 0ull, sh ? (unsigned long long)sh->k : 0ull, sh ? sh->nranks : 0);
+    if (!sh || sh->n == 0 || sh->n > UINT32_MAX || sh->k == 0 || sh->k > sh->n || sh->sparse_k > sh->k ||
+        (sh->sparse_k == 0 && !sh->dense) || sh->nranks < 1 || (unsigned)sh->dtype > (unsigned)DGC_GPU_BF16) {
+        char msg[200];
+        snprintf(msg, sizeof msg,
+                 "bad GPU state shape (n %llu, k %llu, sparse k %llu, dense %d, nranks %d): need 1 <= k <= n < 2^32, "
+                 "sparse k <= k, and some transport",
+                 sh ? (unsigned long long)sh->n : 0ull, sh ? (unsigned long long)sh->k : 0ull,
+                 sh ? (unsigned long long)sh->sparse_k : 0ull, sh ? sh->dense : 0, sh ? sh->nranks : 0);
         return fail_msg(err, errlen, msg);
     }
     return 0;
@@ -202,7 +211,9 @@ dgc_gpu_state *dgc_gpu_state_create(const dgc_gpu_shape *shape, dgc_cuda_stream 
     s->sort_temp_bytes = l.temp_bytes;
     s->payload = b + l.payload;
     s->gathered = b + l.gathered;
-    s->prev = shape->keep_prev ? b + l.prev : NULL;
+    s->prev = shape->keep_prev && shape->sparse_k ? b + l.prev : NULL;
+    s->prev_dense = shape->keep_prev && shape->dense ? (float *)(b + l.prev_dense) : NULL;
+    s->spare = shape->dense ? (float *)(b + l.spare) : NULL;
     s->sc = (scratch *)(b + l.sc);
     /* Zero state (v = u = 0, cur = 0, nothing kept), and no bad slot yet. */
     if ((e = cudaMemsetAsync(s->block, 0, l.total, st)) != cudaSuccess ||

@@ -2,11 +2,19 @@
  *
  *   prepare   read the device's news, take the step, plan k, find or make
  *             the state, enqueue the compression (or a flagged payload)
- *   exchange  the real ncclAllGather of the fixed-size payloads, as bytes
+ *   exchange  the real ncclAllGather of the fixed-size payloads, as bytes;
+ *             or, by the dense transport (dgc_policy_transport: when the
+ *             payloads would outweigh a dense all-reduce), the all-gather of
+ *             the 32-byte headers and the dense sum of the scattered pairs:
+ *             ncclReduceScatter, then ncclAllGather, in place
  *   finish    enqueue the decode (or the stateless one), count
  *
  * Several calls (those a user's group held back) run as one batch: all
- * prepared, their exchanges in one NCCL group of our own, all finished.
+ * prepared, their exchanges in NCCL groups of our own, all finished. The
+ * exchange goes in two phases, each one group: the all-gathers of the
+ * payloads or headers and the reduce-scatters, then the dense sums'
+ * all-gathers, which read what the reduce-scatters wrote (NCCL promises no
+ * order between the members of one group).
  *
  * Failures keep every rank issuing the same collectives (invariant 1):
  *   - a rank without state (no device memory, over DGC_MAX_STATE_MB) sends a
@@ -119,21 +127,43 @@ static cudaError_t exchange_alloc(dgc_nccl_call *k, size_t bytes) {
     return e;
 }
 
+/* Exchange memory of a flagged call: its header and every rank's, then,
+ * by the dense transport, a vector of n floats and the spare (its nranks
+ * floats) for the dense sum, zeroed (what they hold does not matter: the
+ * step fails everywhere; only the collectives must be there). */
+static size_t flagged_bytes(const dgc_nccl_call *k) {
+    const size_t r = (size_t)k->c->nranks;
+    if (!k->dense) return dgc_wire_bytes(k->p.k) * (1 + r);
+    return sizeof(dgc_wire_header) * (1 + r) + sizeof(float) * ((size_t)k->count + r);
+}
+
+static cudaError_t flagged_buffers(dgc_nccl_call *k) {
+    cudaError_t e = exchange_alloc(k, flagged_bytes(k));
+    if (e != cudaSuccess) return e;
+    const size_t r = (size_t)k->c->nranks;
+    const size_t one = k->dense ? sizeof(dgc_wire_header) : dgc_wire_bytes(k->p.k);
+    k->payload = k->xbuf;
+    k->gathered = (char *)k->xbuf + one;
+    if (!k->dense) return cudaSuccess;
+    float *v = (float *)((char *)k->gathered + one * r);
+    k->vec = (dgc_gpu_dense_vector){.body = v, .block = k->count / r, .spare = v + k->count};
+    k->vec.rem = k->count - k->vec.block * r;
+    return cudaMemsetAsync(v, 0, sizeof(float) * ((size_t)k->count + r), k->stream);
+}
+
 /* No state: a flagged header from the call's own exchange memory. */
 static void take_part_flagged(dgc_nccl_call *k) {
-    size_t one = dgc_wire_bytes(k->p.k);
-    if (!k->payload) {
-        cudaError_t e = exchange_alloc(k, one * (1 + (size_t)k->c->nranks));
+    if (!k->payload || (k->dense && !k->vec.body)) {
+        cudaError_t e = flagged_buffers(k);
         if (e != cudaSuccess) {
+            (void)cudaGetLastError();
             DGC_ERROR("no device memory even for the %zu bytes of a flagged payload (%s): this call fails with "
-                      "ncclSystemError without its all-gather, and the other ranks may wait for this one",
-                      one * (1 + (size_t)k->c->nranks), cudaGetErrorString(e));
+                      "ncclSystemError without its exchange, and the other ranks may wait for this one",
+                      flagged_bytes(k), cudaGetErrorString(e));
             k->part = DGC_NCCL_DEAD;
             k->rc = ncclSystemError;
             return;
         }
-        k->payload = k->xbuf;
-        k->gathered = (char *)k->xbuf + one;
     }
     k->part = DGC_NCCL_FAILED;
     dgc_registry_count_failed();
@@ -154,6 +184,8 @@ static void prepare(dgc_nccl_call *k, const dgc_config *cfg) {
     (void)cudaGetLastError();
     k->b = NULL;
     k->payload = k->gathered = k->xbuf = NULL;
+    k->vec = (dgc_gpu_dense_vector){0};
+    k->dense = 0;
     k->xbuf_sync = 0;
     k->xrc = ncclSuccess;
     k->rc = news(c);
@@ -169,12 +201,21 @@ static void prepare(dgc_nccl_call *k, const dgc_config *cfg) {
         k->part = DGC_NCCL_PASS;
         return;
     }
+    k->dense = dgc_policy_transport(cfg, DGC_PAYLOAD_PLAIN, k->count, k->p.k, c->nranks, &k->tb) ==
+               DGC_TRANSPORT_DENSE;
+    DGC_DEBUG("step %llu, %llu elements, k %llu: %s transport (bytes a rank sends: sparse all-gather %llu, dense %llu)",
+              (unsigned long long)step, (unsigned long long)k->count, (unsigned long long)k->p.k,
+              k->dense ? "dense" : "sparse", (unsigned long long)k->tb.sparse, (unsigned long long)k->tb.dense);
     k->b = dgc_nccl_state_get(k, cfg);
     if (k->b) {
         char err[256] = "";
-        k->payload = dgc_gpu_payload(k->b->gpu);
-        k->gathered = dgc_gpu_gathered(k->b->gpu);
-        if (dgc_gpu_compress(k->b->gpu, k->send, k->recv, k->gpu_dtype, &k->p, k->stream, err, sizeof err) == 0) {
+        dgc_gpu_state *s = k->b->gpu;
+        k->payload = dgc_gpu_payload(s);
+        k->gathered = dgc_gpu_gathered(s);
+        if (k->dense && dgc_gpu_dense_view(s, k->recv, k->gpu_dtype, &k->vec))
+            snprintf(err, sizeof err, "the state has no room for the dense transport (a bug)");
+        else if (dgc_gpu_compress(s, k->send, k->recv, k->gpu_dtype, &k->p, k->stream, err, sizeof err) == 0 &&
+                 (!k->dense || dgc_gpu_dense_scatter(s, k->recv, k->gpu_dtype, &k->p, k->stream, err, sizeof err) == 0)) {
             k->part = DGC_NCCL_STATE;
             return;
         }
@@ -185,16 +226,47 @@ static void prepare(dgc_nccl_call *k, const dgc_config *cfg) {
     take_part_flagged(k); /* into the state's own exchange buffers when there is a state */
 }
 
-static void exchange(const dgc_nccl_api *api, dgc_nccl_call *k) {
-    switch (k->part) {
-    case DGC_NCCL_PASS:
-        k->xrc = api->all_reduce(k->send, k->recv, k->count, k->dtype, k->op, k->comm, k->stream);
-        break;
-    case DGC_NCCL_STATE:
-    case DGC_NCCL_FAILED:
-        k->xrc = api->all_gather(k->payload, k->gathered, dgc_wire_bytes(k->p.k), ncclUint8, k->comm, k->stream);
-        break;
-    default: break;
+/* The collectives a call issues in an exchange phase: 0, the payloads'
+ * all-gather (or the pass-through all-reduce), or the headers' all-gather
+ * and the dense sum's reduce-scatters (blocks, spare); 1, the dense sum's
+ * all-gathers. All from collective inputs: the same on every rank. */
+static int collectives(const dgc_nccl_call *k, int phase) {
+    if (k->part == DGC_NCCL_DEAD) return 0;
+    if (k->part == DGC_NCCL_PASS || !k->dense) return phase == 0;
+    int sum = (k->vec.block > 0) + (k->vec.rem > 0);
+    return phase == 0 ? 1 + sum : sum;
+}
+
+static void note(dgc_nccl_call *k, ncclResult_t rc) {
+    if (k->xrc == ncclSuccess) k->xrc = rc;
+}
+
+/* The dense sum in place (DESIGN.md "Bytes"): each rank's block reduced on
+ * that rank (ncclReduceScatter's in-place form: its output at rank * block
+ * of the input), then copied to all (ncclAllGather's: its input there). */
+static void dense_sum(const dgc_nccl_api *api, dgc_nccl_call *k, int phase) {
+    const size_t rank = (size_t)dgc_nccl_ext(k->c)->rank;
+    const dgc_gpu_dense_vector *v = &k->vec;
+    float *mine = v->body + rank * v->block, *spare = v->spare + rank;
+    if (phase == 0) {
+        if (v->block) note(k, api->reduce_scatter(v->body, mine, v->block, ncclFloat32, ncclSum, k->comm, k->stream));
+        if (v->rem) note(k, api->reduce_scatter(v->spare, spare, 1, ncclFloat32, ncclSum, k->comm, k->stream));
+    } else {
+        if (v->block) note(k, api->all_gather(mine, v->body, v->block, ncclFloat32, k->comm, k->stream));
+        if (v->rem) note(k, api->all_gather(spare, v->spare, 1, ncclFloat32, k->comm, k->stream));
+    }
+}
+
+static void exchange(const dgc_nccl_api *api, dgc_nccl_call *k, int phase) {
+    if (!collectives(k, phase)) return;
+    if (k->part == DGC_NCCL_PASS) {
+        note(k, api->all_reduce(k->send, k->recv, k->count, k->dtype, k->op, k->comm, k->stream));
+    } else if (!k->dense) {
+        note(k, api->all_gather(k->payload, k->gathered, dgc_wire_bytes(k->p.k), ncclUint8, k->comm, k->stream));
+    } else {
+        if (phase == 0)
+            note(k, api->all_gather(k->payload, k->gathered, sizeof(dgc_wire_header), ncclUint8, k->comm, k->stream));
+        dense_sum(api, k, phase);
     }
 }
 
@@ -204,7 +276,7 @@ static void exchange(const dgc_nccl_api *api, dgc_nccl_call *k) {
  * payload sizes and headers differ (invariant 1). NCCL's own log says why. */
 static void exchange_failed(dgc_nccl_call *k, ncclResult_t rc) {
     if (k->part != DGC_NCCL_PASS)
-        DGC_ERROR("the real ncclAllGather of a compressed call failed (ncclResult_t %d): nothing was decoded or "
+        DGC_ERROR("the real NCCL exchange of a compressed call failed (ncclResult_t %d): nothing was decoded or "
                   "committed",
                   (int)rc);
     k->part = DGC_NCCL_DEAD;
@@ -215,8 +287,12 @@ static void exchange_failed(dgc_nccl_call *k, ncclResult_t rc) {
  * host wait (or events read later), which steady state does not have. */
 static void count_call(dgc_nccl_call *k) {
     dgc_buffer_stats *s = &k->b->stats;
-    size_t wire = dgc_wire_bytes(k->p.k);
+    /* What this rank sent to each other rank: its payload, or by the dense
+     * transport its total over N-1 (as the MPI path counts it). */
+    const uint64_t others = (uint64_t)k->c->nranks - 1;
+    size_t wire = !k->dense ? dgc_wire_bytes(k->p.k) : others ? (size_t)((k->tb.dense + others - 1) / others) : 0;
     s->calls++;
+    s->dense_transport += k->dense != 0;
     s->dense_bytes += (uint64_t)k->count * dgc_gpu_dtype_size(k->gpu_dtype);
     s->wire_bytes += wire;
     s->last_wire_bytes = wire;
@@ -233,13 +309,15 @@ static void finish(dgc_nccl_call *k, const dgc_config *cfg) {
         if (cfg->stats) dgc_registry_count_passthrough();
         break;
     case DGC_NCCL_STATE:
-        failed = dgc_gpu_decode(k->b->gpu, k->recv, k->gpu_dtype, &k->p, cfg->compensate, k->op == ncclAvg, report,
-                                k->stream, err, sizeof err) != 0;
+        failed = (k->dense ? dgc_gpu_decode_dense : dgc_gpu_decode)(k->b->gpu, k->recv, k->gpu_dtype, &k->p,
+                                                                    cfg->compensate, k->op == ncclAvg, report,
+                                                                    k->stream, err, sizeof err) != 0;
         count_call(k);
         dgc_registry_tally_add(DGC_TALLY_NCCL_COMPRESSED);
         break;
     case DGC_NCCL_FAILED:
-        failed = dgc_gpu_decode_stateless(k->gathered, k->recv, k->gpu_dtype, &k->p, report, k->stream) != 0;
+        failed = dgc_gpu_decode_stateless(k->gathered, k->dense ? sizeof(dgc_wire_header) : dgc_wire_bytes(k->p.k),
+                                          k->recv, k->gpu_dtype, &k->p, report, k->stream) != 0;
         if (failed) snprintf(err, sizeof err, "%s", dgc_gpu_last_error());
         dgc_registry_tally_add(DGC_TALLY_NCCL_COMPRESSED);
         break;
@@ -251,6 +329,38 @@ static void finish(dgc_nccl_call *k, const dgc_config *cfg) {
         if (k->rc == ncclSuccess) k->rc = ncclUnhandledCudaError;
     }
     release(k);
+}
+
+/* One phase of the calls' exchanges: one collective alone needs no group;
+ * several share one, which is also what lets one thread drive several
+ * devices' ranks. Each call's outcome is settled (non-blocking
+ * communicators) before the next phase issues anything on it. */
+static void exchange_phase(const dgc_nccl_api *api, dgc_nccl_call *k, int n, int phase) {
+    int issued = 0;
+    for (int i = 0; i < n; i++) issued += collectives(&k[i], phase);
+    if (!issued) return;
+    const int grouped = issued > 1;
+    ncclResult_t gs = grouped ? api->group_start() : ncclSuccess;
+    for (int i = 0; i < n; i++) {
+        if (!collectives(&k[i], phase)) continue;
+        if (gs != ncclSuccess) {
+            exchange_failed(&k[i], gs);
+            continue;
+        }
+        dgc_device_switch(dgc_nccl_ext(k[i].c)->device);
+        exchange(api, &k[i], phase);
+    }
+    if (grouped && gs == ncclSuccess) {
+        ncclResult_t ge = api->group_end(); /* group members return ncclSuccess; this says how they went */
+        for (int i = 0; i < n; i++)
+            if (collectives(&k[i], phase) && k[i].xrc == ncclSuccess) k[i].xrc = ge;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!collectives(&k[i], phase)) continue;
+        ncclResult_t rc = dgc_nccl_settle(api, k[i].comm, k[i].xrc);
+        k[i].xrc = ncclSuccess;
+        if (rc != ncclSuccess) exchange_failed(&k[i], rc);
+    }
 }
 
 ncclResult_t dgc_nccl_run(const dgc_nccl_api *api, dgc_nccl_call *k, int n, const dgc_config *cfg) {
@@ -265,30 +375,9 @@ ncclResult_t dgc_nccl_run(const dgc_nccl_api *api, dgc_nccl_call *k, int n, cons
             k[i].rc = ncclUnhandledCudaError;
         }
     }
-    /* One exchange alone needs no group; several share one, which is also
-     * what lets one thread drive several devices' ranks. */
-    int grouped = n > 1;
-    ncclResult_t gs = grouped ? api->group_start() : ncclSuccess;
-    for (int i = 0; i < n; i++) {
-        if (k[i].part == DGC_NCCL_DEAD) continue;
-        if (gs != ncclSuccess) {
-            exchange_failed(&k[i], gs);
-            continue;
-        }
-        dgc_device_switch(dgc_nccl_ext(k[i].c)->device);
-        exchange(api, &k[i]);
-    }
-    if (grouped && gs == ncclSuccess) {
-        ncclResult_t ge = api->group_end(); /* group members return ncclSuccess; this says how they went */
-        for (int i = 0; i < n; i++)
-            if (k[i].part != DGC_NCCL_DEAD && k[i].xrc == ncclSuccess) k[i].xrc = ge;
-    }
+    for (int phase = 0; phase < 2; phase++) exchange_phase(api, k, n, phase);
     ncclResult_t first = ncclSuccess;
     for (int i = 0; i < n; i++) {
-        if (k[i].part != DGC_NCCL_DEAD) {
-            ncclResult_t rc = dgc_nccl_settle(api, k[i].comm, k[i].xrc);
-            if (rc != ncclSuccess) exchange_failed(&k[i], rc);
-        }
         if (dgc_device_switch(dgc_nccl_ext(k[i].c)->device) == 0) finish(&k[i], cfg);
         else release(&k[i]);
         if (first == ncclSuccess) first = k[i].rc;

@@ -21,6 +21,7 @@
 #include "dgcshim/config.h"
 #include "dgcshim/engine.h"
 #include "dgcshim/engine_cuda.h"
+#include "dgcshim/policy.h"
 #include "registry.h"
 
 /* The interposed functions are the library's interface: nccl.h declares
@@ -34,6 +35,8 @@
 typedef struct {
     ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
     ncclResult_t (*all_gather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
+    ncclResult_t (*reduce_scatter)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                                   cudaStream_t);
     ncclResult_t (*group_start)(void);
     ncclResult_t (*group_end)(void);
     ncclResult_t (*group_simulate_end)(ncclSimInfo_t *); /* optional (2.22+) */
@@ -189,8 +192,11 @@ struct dgc_nccl_call {
     dgc_gpu_dtype gpu_dtype;
     int part;             /* DGC_NCCL_* */
     dgc_step_params p;
+    int dense;            /* the pairs go by the dense transport (dgc_policy_transport) */
+    dgc_transport_bytes tb; /* what a rank sends either way */
     dgc_buffer *b;        /* DGC_NCCL_STATE */
-    void *payload, *gathered; /* this rank's payload and every rank's */
+    void *payload, *gathered; /* this rank's payload and every rank's (dense: their headers) */
+    dgc_gpu_dense_vector vec; /* dense: where the dense sum runs */
     void *xbuf;           /* exchange memory of a flagged call, or NULL */
     int xbuf_sync;        /* xbuf came from cudaMalloc (no memory pools here): freed after a stream wait */
     ncclResult_t xrc;     /* what the exchange returned (ncclInProgress until settled) */

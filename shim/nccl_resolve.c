@@ -107,6 +107,7 @@ static int fill(dgc_nccl_api *api, void *h, const object *within, const object *
 #define ENTRY(field, name, required) {name, &api->field, sizeof api->field, required}
         ENTRY(all_reduce, "AllReduce", 1),
         ENTRY(all_gather, "AllGather", 1),
+        ENTRY(reduce_scatter, "ReduceScatter", 1),
         ENTRY(group_start, "GroupStart", 1),
         ENTRY(group_end, "GroupEnd", 1),
         ENTRY(group_simulate_end, "GroupSimulateEnd", 0),

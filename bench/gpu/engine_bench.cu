@@ -112,6 +112,8 @@ bool run(uint64_t n, float m, int iters, double bw, cudaStream_t st, result *res
     dgc_gpu_shape sh;
     sh.n = n;
     sh.k = dgc_k_for(n, 0.25);
+    sh.sparse_k = sh.k; /* the all-gather at every k (the warm-up's first included) */
+    sh.dense = 0;
     sh.nranks = nranks;
     sh.with_momentum = m > 0;
     sh.keep_prev = m > 0;

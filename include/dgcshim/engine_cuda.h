@@ -78,11 +78,17 @@ typedef struct dgc_gpu_state dgc_gpu_state;
 
 /* What a state is made for: n elements, payloads of up to k slots (the
  * warm-up's first k is the largest a buffer ever needs), nranks payloads
- * gathered, the previous step's kept when keep_prev (momentum
- * compensation), momentum arrays when with_momentum, an fp32 accumulator
- * when dtype is not DGC_GPU_F32. */
+ * of up to sparse_k slots gathered (the largest k that goes by the sparse
+ * all-gather; 0 when none does), the dense transport's room when dense
+ * (some step goes by it), the previous step's sum kept when keep_prev
+ * (momentum compensation: as gathered payloads after a sparse step, as a
+ * dense vector after a dense one), momentum arrays when with_momentum, an
+ * fp32 accumulator when dtype is not DGC_GPU_F32. dgc_policy_outlook gives
+ * sparse_k and dense. */
 typedef struct {
     uint64_t n, k;
+    uint64_t sparse_k;
+    int dense;
     int nranks;
     int with_momentum;
     int keep_prev;
@@ -108,7 +114,8 @@ const dgc_gpu_shape *dgc_gpu_state_shape(const dgc_gpu_state *s);
 size_t dgc_gpu_state_bytes(const dgc_gpu_state *s);
 
 /* Device pointers: this rank's payload (dgc_wire_bytes(shape k) bytes),
- * and room for nranks payloads of the call's k (dgc_wire_bytes(p->k) apart). */
+ * and room for nranks payloads of a sparse call's k (dgc_wire_bytes(p->k)
+ * apart), or, on a dense-transport call, for nranks 32-byte headers. */
 void *dgc_gpu_payload(dgc_gpu_state *s);
 void *dgc_gpu_gathered(dgc_gpu_state *s);
 
@@ -127,7 +134,8 @@ int dgc_gpu_compress(dgc_gpu_state *s, const void *g, void *out, dgc_gpu_dtype d
                      dgc_cuda_stream stream, char *err, size_t errlen);
 
 /* Enqueues the decode of dgc_gpu_gathered(s) (p->nranks payloads of p->k
- * slots) into out, and the commit, all decided on the device:
+ * slots, p->k at most the shape's sparse_k) into out, and the commit, all
+ * decided on the device:
  *   - some header or index fails its check: report->bad (first time), out
  *     left as compress left it (zero), the state not changed;
  *   - some rank flagged DGC_WIRE_FAILED or DGC_WIRE_NONFINITE: out all NaN
@@ -136,7 +144,8 @@ int dgc_gpu_compress(dgc_gpu_state *s, const void *g, void *out, dgc_gpu_dtype d
  *   - otherwise out = the sum of every rank's pairs, rank by rank in rank
  *     order; then, when compensate and p->momentum > 0, minus p->momentum
  *     times the previous finite step's sum (momentum compensation, as the
- *     MPI path does); divided by p->nranks when average (ncclAvg);
+ *     MPI path does; kept as payloads or, after a dense-transport step, as
+ *     a dense vector); divided by p->nranks when average (ncclAvg);
  *     converted to dtype; the update becomes the committed
  *     state, the sent indices masked (v = 0; u = 0 with
  *     p->momentum_masking), and the gathered payloads kept as the previous
@@ -145,16 +154,63 @@ int dgc_gpu_compress(dgc_gpu_state *s, const void *g, void *out, dgc_gpu_dtype d
 int dgc_gpu_decode(dgc_gpu_state *s, void *out, dgc_gpu_dtype dtype, const dgc_step_params *p, int compensate,
                    int average, dgc_gpu_report *report, dgc_cuda_stream stream, char *err, size_t errlen);
 
+/* The dense transport (DESIGN.md, "Bytes: never worse than dense"), for a
+ * state made with shape dense, in place of the all-gather and decode above:
+ *     dgc_gpu_compress(s, g, out, dtype, p, stream)         as for the all-gather
+ *     dgc_gpu_dense_scatter(s, out, dtype, p, stream)       this rank's pairs into the dense vector
+ *     the front end: all-gather of the 32-byte header of dgc_gpu_payload(s)
+ *         into dgc_gpu_gathered(s), and the dense sum of the vector
+ *         (dgc_gpu_dense_vector): reduce-scatter then all-gather, in place,
+ *         over its blocks, and the same over the spare for the rest
+ *     dgc_gpu_decode_dense(s, out, dtype, p, compensate, average, report, stream)
+ * Each element is reduced once, on the rank that owns its block, and copied
+ * to all: every rank gets the same bytes (invariant 3). */
+
+/* Where the dense sum runs: body, nranks blocks of block floats (out itself
+ * for fp32, else the state's accumulator; its first block * nranks
+ * elements), and spare, nranks floats holding the rem = n - block * nranks
+ * elements after them (zeros after those), one a rank. */
+typedef struct {
+    float *body;
+    uint64_t block;
+    float *spare;
+    uint64_t rem;
+} dgc_gpu_dense_vector;
+
+/* The vector of a state made with shape dense for the output out; -1 (and
+ * nothing set) when the state has no dense room or dtype does not fit. */
+int dgc_gpu_dense_view(dgc_gpu_state *s, void *out, dgc_gpu_dtype dtype, dgc_gpu_dense_vector *v);
+
+/* Enqueues, after dgc_gpu_compress: this rank's selected pairs added into
+ * the vector that the compression zeroed, and the rest moved to the spare.
+ * Returns 0, or -1 when a launch failed or the state has no dense room. */
+int dgc_gpu_dense_scatter(dgc_gpu_state *s, void *out, dgc_gpu_dtype dtype, const dgc_step_params *p,
+                          dgc_cuda_stream stream, char *err, size_t errlen);
+
+/* Enqueues, after the headers' all-gather and the dense sum: the rest back
+ * from the spare, and the outcome decided on the device from the nranks
+ * headers in dgc_gpu_gathered(s) (32 bytes apart), as dgc_gpu_decode
+ * decides it: a bad header: report->bad, out zero, no state change; a
+ * failed or non-finite rank: out NaN, no state change, the counters; else
+ * out = the sum, compensated (the previous finite step's sum, kept either
+ * way, times -m; this step's sum kept as a dense vector), averaged,
+ * converted, and the state committed and masked. Returns 0, or -1 when a
+ * launch failed. */
+int dgc_gpu_decode_dense(dgc_gpu_state *s, void *out, dgc_gpu_dtype dtype, const dgc_step_params *p, int compensate,
+                         int average, dgc_gpu_report *report, dgc_cuda_stream stream, char *err, size_t errlen);
+
 /* For a rank that cannot take part with state (no memory): writes a header
  * carrying only flags (DGC_WIRE_FAILED) into payload (device memory, room
  * for dgc_wire_bytes(p->k)), and, after the all-gather, checks the nranks
- * headers in gathered and sets out to NaN (the step fails on every rank;
- * the report's failed counter advances, or report->bad is set when some
- * header is bad; out is NaN either way). Payload and gathered here are the
- * front end's own exchange buffers. */
+ * headers in gathered (stride bytes apart: dgc_wire_bytes(p->k) after the
+ * payloads' all-gather, 32 after the dense transport's headers) and sets
+ * out to NaN (the step fails on every rank; the report's failed counter
+ * advances, or report->bad is set when some header is bad; out is NaN
+ * either way). Payload and gathered here are the front end's own exchange
+ * buffers. */
 int dgc_gpu_flag_only(void *payload, uint32_t flags, const dgc_step_params *p, dgc_cuda_stream stream);
-int dgc_gpu_decode_stateless(const void *gathered, void *out, dgc_gpu_dtype dtype, const dgc_step_params *p,
-                             dgc_gpu_report *report, dgc_cuda_stream stream);
+int dgc_gpu_decode_stateless(const void *gathered, size_t stride, void *out, dgc_gpu_dtype dtype,
+                             const dgc_step_params *p, dgc_gpu_report *report, dgc_cuda_stream stream);
 
 /* Steps of this state dropped for Inf/NaN (or a failed rank), as far as the
  * device has got (mapped memory: no synchronisation). */

@@ -2,7 +2,7 @@
  *
  *   gpu_engine_check CASE [--small]
  *     CASE: against_host half_inputs determinism bad_payloads nonfinite
- *           overflow large, or all
+ *           overflow large dense_transport, or all
  *     --small: small buffers only (for compute-sanitizer's memcheck and
  *              racecheck, which run each kernel many times slower)
  *
@@ -239,15 +239,27 @@ struct config {
     bool exact_ties;     /* ties must match (the exact path) */
     bool misalign;       /* g and out one element past an aligned address: the element-wise pass */
     uint64_t seed;
+    int transport;       /* TRANSPORT_*: how the pairs travel, step by step */
 };
+
+/* The dense transport (dgc_gpu_dense_scatter, a simulated reduce-scatter
+ * and all-gather, dgc_gpu_decode_dense) every step, or in turns of two
+ * steps (dense, dense, sparse, sparse, ...: every change of transport and
+ * of how the compensation keeps the previous sum). */
+enum { TRANSPORT_SPARSE = 0, TRANSPORT_DENSE = 1, TRANSPORT_TURNS = 2 };
+
+bool dense_at(const config &c, uint64_t step) {
+    return c.transport == TRANSPORT_DENSE || (c.transport == TRANSPORT_TURNS && (step / 2) % 2 == 0);
+}
 
 std::string describe(const config &c) {
     char b[300];
     snprintf(b, sizeof b, "n %llu density %g warmup %llu ratio %g m %g nesterov %d masking %d compensate %d in-place %d "
-                          "average %d ranks %d %s%s",
+                          "average %d ranks %d %s%s%s",
              (unsigned long long)c.n, c.density, (unsigned long long)c.warmup, c.ratio, (double)c.v.m, c.v.nesterov,
              c.v.masking, c.v.compensate, c.v.in_place, c.v.average, c.nranks, dname(c.dtype),
-             c.misalign ? " misaligned" : "");
+             c.misalign ? " misaligned" : "",
+             c.transport == TRANSPORT_DENSE ? " dense" : c.transport == TRANSPORT_TURNS ? " dense/sparse" : "");
     return b;
 }
 
@@ -263,8 +275,9 @@ struct sim {
     std::vector<void *> dg, dout;          /* device g and out, per rank (the same when in place) */
     std::vector<void *> allocs;            /* what cudaMalloc returned */
     std::vector<dgc_gpu_report *> rep;     /* one per rank: a rank's report is its own */
-    std::vector<uint8_t> hprev;            /* host compensation: last finite step's gathered payloads */
-    uint64_t hprev_k = 0;
+    std::vector<uint8_t> hprev;            /* host compensation: last finite step's gathered payloads, */
+    uint64_t hprev_k = 0;                  /* their k (0: none kept as payloads) */
+    std::vector<float> hprev_dense;        /* or its dense sum (a dense-transport step) */
     uint64_t kmax = 0;
     bool ok = true;
 
@@ -275,6 +288,8 @@ struct sim {
         dgc_gpu_shape sh;
         sh.n = c.n;
         sh.k = kmax;
+        sh.sparse_k = c.transport == TRANSPORT_DENSE ? 0 : kmax;
+        sh.dense = c.transport != TRANSPORT_SPARSE;
         sh.nranks = c.nranks;
         sh.with_momentum = c.v.m > 0;
         sh.keep_prev = c.v.compensate && c.v.m > 0;
@@ -381,6 +396,42 @@ void make_grad(const config &c, uint64_t step, int r, hbuf *g, std::vector<float
 
 enum { STEP_OK = 0, STEP_FAIL = 1, STEP_TIE = 2 };
 
+/* The dense transport between the simulated ranks, as the NCCL front end
+ * runs it: each rank's pairs scattered, its header all-gathered, the
+ * vectors (blocks and spare) summed in rank order (what a reduce-scatter
+ * then an all-gather leave on every rank: one sum per element, copied to
+ * all) and the sum copied back into every rank's vector. */
+bool dense_exchange(sim &S, const dgc_step_params &p, char *err, size_t errlen) {
+    const int R = S.c.nranks;
+    std::vector<dgc_gpu_dense_vector> v(R);
+    for (int r = 0; r < R; r++) {
+        if (dgc_gpu_dense_view(S.gs[r], S.dout[r], S.c.dtype, &v[r])) {
+            snprintf(err, errlen, "dgc_gpu_dense_view refused rank %d's state", r);
+            return false;
+        }
+        if (dgc_gpu_dense_scatter(S.gs[r], S.dout[r], S.c.dtype, &p, (dgc_cuda_stream)S.st, err, errlen)) return false;
+    }
+    const uint64_t body = v[0].block * (uint64_t)R;
+    std::vector<std::vector<float>> hv(R, std::vector<float>(body + (uint64_t)R));
+    for (int r = 0; r < R; r++) {
+        CK(cudaMemcpyAsync(hv[r].data(), v[r].body, body * sizeof(float), cudaMemcpyDeviceToHost, S.st));
+        CK(cudaMemcpyAsync(hv[r].data() + body, v[r].spare, R * sizeof(float), cudaMemcpyDeviceToHost, S.st));
+    }
+    CK(cudaStreamSynchronize(S.st));
+    std::vector<float> sum = hv[0];
+    for (int r = 1; r < R; r++)
+        for (size_t i = 0; i < sum.size(); i++) sum[i] = sum[i] + hv[r][i];
+    for (int q = 0; q < R; q++) {
+        CK(cudaMemcpyAsync(v[q].body, sum.data(), body * sizeof(float), cudaMemcpyHostToDevice, S.st));
+        CK(cudaMemcpyAsync(v[q].spare, sum.data() + body, R * sizeof(float), cudaMemcpyHostToDevice, S.st));
+        for (int r = 0; r < R; r++)
+            CK(cudaMemcpyAsync((char *)dgc_gpu_gathered(S.gs[q]) + (size_t)r * sizeof(dgc_wire_header),
+                               dgc_gpu_payload(S.gs[r]), sizeof(dgc_wire_header), cudaMemcpyDeviceToDevice, S.st));
+    }
+    CK(cudaStreamSynchronize(S.st)); /* sum lives on this stack */
+    return true;
+}
+
 /* One call on every simulated rank, GPU and host, and the comparison.
  * poison: (rank, index) given NaN in g, rank -1 for none. */
 int run_step(sim &S, uint64_t step, int poison_rank = -1, uint64_t poison_index = 0) {
@@ -408,14 +459,23 @@ int run_step(sim &S, uint64_t step, int poison_rank = -1, uint64_t poison_index 
             fail("dgc_gpu_compress: %s (%s)", err, what.c_str());
             return STEP_FAIL;
         }
+    const bool dense = dense_at(c, step);
+    if (dense) {
+        if (!dense_exchange(S, p, err, sizeof err)) {
+            fail("dense transport: %s (%s)", err, what.c_str());
+            return STEP_FAIL;
+        }
+    } else {
+        for (int q = 0; q < R; q++)
+            for (int r = 0; r < R; r++)
+                CK(cudaMemcpyAsync((char *)dgc_gpu_gathered(S.gs[q]) + (size_t)r * wb, dgc_gpu_payload(S.gs[r]), wb,
+                                   cudaMemcpyDeviceToDevice, S.st));
+    }
     for (int q = 0; q < R; q++)
-        for (int r = 0; r < R; r++)
-            CK(cudaMemcpyAsync((char *)dgc_gpu_gathered(S.gs[q]) + (size_t)r * wb, dgc_gpu_payload(S.gs[r]), wb,
-                               cudaMemcpyDeviceToDevice, S.st));
-    for (int q = 0; q < R; q++)
-        if (dgc_gpu_decode(S.gs[q], S.dout[q], c.dtype, &p, c.v.compensate, c.v.average, S.rep[q],
-                           (dgc_cuda_stream)S.st, err, sizeof err)) {
-            fail("dgc_gpu_decode: %s (%s)", err, what.c_str());
+        if ((dense ? dgc_gpu_decode_dense : dgc_gpu_decode)(S.gs[q], S.dout[q], c.dtype, &p, c.v.compensate,
+                                                            c.v.average, S.rep[q], (dgc_cuda_stream)S.st, err,
+                                                            sizeof err)) {
+            fail("dgc_gpu_decode%s: %s (%s)", dense ? "_dense" : "", err, what.c_str());
             return STEP_FAIL;
         }
     std::vector<uint8_t> gathered((size_t)R * wb);
@@ -481,10 +541,14 @@ int run_step(sim &S, uint64_t step, int poison_rank = -1, uint64_t poison_index 
     }
     if (res == DGC_DECODE_OK) {
         for (int r = 0; r < R; r++) dgc_commit(S.hs[r], &p);
-        if (c.v.compensate && c.v.m > 0) {
+        if (c.v.compensate && c.v.m > 0) { /* as the MPI path compensates, either way the sum was kept */
+            const std::vector<float> sum = hout;
             if (S.hprev_k) dgc_wire_subtract(S.hprev.data(), R, S.hprev_k, c.v.m, hout.data());
-            S.hprev = gathered;
-            S.hprev_k = k;
+            else if (!S.hprev_dense.empty())
+                for (uint64_t i = 0; i < n; i++) hout[i] += -c.v.m * S.hprev_dense[i];
+            S.hprev_k = dense ? 0 : k;
+            if (dense) S.hprev_dense = sum;
+            else S.hprev = gathered, S.hprev_dense.clear();
         }
         if (c.v.average)
             for (uint64_t i = 0; i < n; i++) hout[i] = hout[i] / (float)R;
@@ -572,6 +636,7 @@ config base_config(uint64_t n, double density, double ratio, const variant &v, i
     c.exact_ties = false;
     c.misalign = false;
     c.seed = seed;
+    c.transport = TRANSPORT_SPARSE;
     return c;
 }
 
@@ -614,6 +679,34 @@ void case_against_host() {
                 }
     printf("%s gpu.engine.against_host: %d configurations, %d steps compared bit for bit\n",
            verdict(), configs, steps);
+}
+
+/* The dense transport against the host: each step's output (the same sum,
+ * in rank order), the committed state, and the compensation across every
+ * change of transport, for several rank counts (counts no multiple of them:
+ * the spare), fp32 and the 16-bit types, in place or not, averaged or not. */
+void case_dense_transport() {
+    std::vector<uint64_t> sizes = {1000, 20011};
+    if (!small_mode) sizes.push_back((1u << 20) + 3);
+    int configs = 0, steps = 0;
+    uint64_t seed = 700;
+    for (int transport : {TRANSPORT_DENSE, TRANSPORT_TURNS})
+        for (uint64_t n : sizes)
+            for (int R : {1, 2, 3, 4})
+                for (int vi : {0, 1, 2}) {
+                    if (small_mode && (R == 4 || (vi == 0 && R > 1))) continue;
+                    variant v = kVariants[vi];
+                    v.average = R == 3;
+                    config c = base_config(n, 0.01, 0.01, v, R, seed++);
+                    c.transport = transport;
+                    c.dtype = R == 2 && vi == 2 ? DGC_GPU_BF16 : R == 3 && vi == 1 ? DGC_GPU_F16 : DGC_GPU_F32;
+                    c.gen = c.dtype == DGC_GPU_F32 ? 0 : 1;
+                    c.steps = small_mode ? 5 : 8;
+                    steps += run_config(c);
+                    configs++;
+                }
+    printf("%s gpu.engine.dense_transport: %d configurations, %d steps compared bit for bit\n", verdict(), configs,
+           steps);
 }
 
 void case_half_inputs() {
@@ -854,7 +947,7 @@ void case_nonfinite() {
         if (dgc_gpu_decode(S.gs[0], S.dout[0], c.dtype, &p, c.v.compensate, c.v.average, S.rep[0],
                            (dgc_cuda_stream)S.st, err, sizeof err))
             fail("dgc_gpu_decode: %s", err);
-        if (dgc_gpu_decode_stateless(gth, S.dout[1], c.dtype, &p, S.rep[1], (dgc_cuda_stream)S.st))
+        if (dgc_gpu_decode_stateless(gth, wb, S.dout[1], c.dtype, &p, S.rep[1], (dgc_cuda_stream)S.st))
             fail("dgc_gpu_decode_stateless: %s", dgc_gpu_last_error());
         std::vector<hbuf> out(2, hbuf(n, c.dtype));
         for (int r = 0; r < 2; r++)
@@ -923,7 +1016,7 @@ struct named_case {
 const named_case kCases[] = {
     {"against_host", case_against_host}, {"half_inputs", case_half_inputs}, {"determinism", case_determinism},
     {"bad_payloads", case_bad_payloads}, {"nonfinite", case_nonfinite},     {"overflow", case_overflow},
-    {"large", case_large},
+    {"large", case_large},                   {"dense_transport", case_dense_transport},
 };
 
 } // namespace

@@ -878,6 +878,7 @@ typedef struct {
 
 #define EXACT "DGC_SPARSITY=0", "DGC_SAMPLE_RATIO=1", "DGC_MIN_ELEMENTS=1024"
 #define SPARSE "DGC_SPARSITY=0.99", "DGC_SAMPLE_RATIO=1", "DGC_MIN_ELEMENTS=1024"
+#define DENSE "DGC_TRANSPORT=dense"
 
 static const test_case cases[] = {
     {"one_rank_exact", case_exact, {EXACT, "DGC_MIN_RANKS=1", "DGC_STATS=1"}, NULL},
@@ -898,6 +899,15 @@ static const test_case cases[] = {
     {"nonblocking", case_nonblocking, {SPARSE, "DGC_STATS=1"}, NULL},
     {"over_budget", case_over_budget, {SPARSE}, "DGC_MAX_STATE_MB=1"},
     {"ddp_buckets", case_buckets, {EXACT, "DGC_STATS=1", "DGC_LOG_LEVEL=debug"}, NULL},
+    /* The dense transport (DGC_TRANSPORT=dense): the same pairs summed by
+     * ncclReduceScatter + ncclAllGather, so the same references hold (two
+     * terms add alike in either order; zeros add nothing). */
+    {"one_rank_dense", case_sparse, {SPARSE, DENSE, "DGC_MIN_RANKS=1", "DGC_STATS=1"}, NULL},
+    {"two_ranks_dense", case_sparse, {SPARSE, DENSE, "DGC_STATS=1", "DGC_LOG_LEVEL=debug"}, NULL},
+    {"dense_in_group", case_group, {SPARSE, DENSE, "DGC_STATS=1"}, NULL},
+    {"dense_fp16_bf16", case_half, {EXACT, DENSE, "DGC_STATS=1"}, NULL},
+    {"dense_nonblocking", case_nonblocking, {SPARSE, DENSE, "DGC_STATS=1"}, NULL},
+    {"dense_over_budget", case_over_budget, {SPARSE, DENSE}, "DGC_MAX_STATE_MB=1"},
 };
 
 static void set_env(const char *assignment) {
