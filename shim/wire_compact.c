@@ -19,28 +19,27 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "dgcshim/compact_rules.h"
 #include "dgcshim/wire.h"
 #include "wire_compact_walk.h"
 
 #define HEADER_BYTES sizeof(dgc_wire_header)
 #define COUNT_BYTES 8u
-#define INDEX_LIMIT ((uint64_t)UINT32_MAX + 1u) /* indices are uint32 on the wire */
-#define COUNT_MASK ((UINT64_C(1) << 40) - 1u)
-#define RESERVED_MASK (UINT64_C(0xff) << 40)
-#define SCALE_SHIFT 48
-/* e is the binade of a non-zero fp32 magnitude: 2^-149 up to 2^127. */
-#define SCALE_MIN (-149)
-#define SCALE_MAX 127
-#define HALF_TOP_FIELD 29u /* the largest value's binary16 exponent field: [2^14, 2^15) */
+#define INDEX_LIMIT DGC_CX_INDEX_LIMIT
+#define COUNT_MASK DGC_CX_COUNT_MASK
+#define RESERVED_MASK DGC_CX_RESERVED_MASK
+#define SCALE_SHIFT DGC_CX_SCALE_SHIFT
+#define SCALE_MIN DGC_CX_SCALE_MIN
+#define SCALE_MAX DGC_CX_SCALE_MAX
+#define HALF_TOP_FIELD DGC_CX_HALF_TOP_FIELD
 
-static uint64_t words_for(uint64_t bits) { return bits / 64u + (bits % 64u != 0); }
 
 /* For n = 0 no index fits; the upper area then holds the count's k bits only. */
 static uint64_t upper_for(uint64_t n, uint64_t k, unsigned low_bits) { return k + (n ? (n - 1) >> low_bits : 0); }
 
 static size_t bytes_for(uint64_t n, uint64_t k, unsigned low_bits, unsigned vb) {
-    return HEADER_BYTES + COUNT_BYTES + (size_t)(8u * words_for(upper_for(n, k, low_bits))) +
-           (size_t)(8u * words_for(k * low_bits)) + (size_t)(8u * words_for(k * vb));
+    return HEADER_BYTES + COUNT_BYTES + (size_t)(8u * dgc_cx_words(upper_for(n, k, low_bits))) +
+           (size_t)(8u * dgc_cx_words(k * low_bits)) + (size_t)(8u * dgc_cx_words(k * vb));
 }
 
 void dgc_compact_layout_for(uint64_t n, uint64_t k, unsigned value_bits, dgc_compact_layout *out) {
@@ -72,119 +71,12 @@ static float bits_float(uint32_t u) {
     return x;
 }
 
-static int float_finite(uint32_t u) { return (u & 0x7f800000u) != 0x7f800000u; }
-
-/* A finite value as sign, integer magnitude and power of two:
- * |x| = mag * 2^exp, mag 0 for a zero. */
-typedef struct {
-    uint32_t sign; /* the fp32 sign bit, in place */
-    uint64_t mag;
-    int exp;
-} parts;
-
-static parts float_parts(uint32_t u) {
-    uint32_t field = (u >> 23) & 0xffu, frac = u & 0x7fffffu;
-    parts p = {u & 0x80000000u, frac, -149};
-    if (field) p.mag = frac | 0x800000u, p.exp = (int)field - 150;
-    return p;
-}
-
-static parts half_parts(uint32_t h) {
-    uint32_t field = (h >> 10) & 0x1fu, frac = h & 0x3ffu;
-    parts p = {(h & 0x8000u) << 16, frac, -24};
-    if (field) p.mag = frac | 0x400u, p.exp = (int)field - 25;
-    return p;
-}
-
-static int top_bit(uint64_t v) { return 63 - __builtin_clzll(v); } /* v != 0 */
-
-/* floor(log2 |value|) of a non-zero p. */
-static int binade_of(parts p) { return p.exp + top_bit(p.mag); }
-
-/* Shifts p right until its exponent is at least min_exp and its magnitude
- * has at most sig_bits bits, dropping only zero bits. -1 when a one would be
- * dropped: the value is not on that grid. */
-static int normalise(parts *p, int min_exp, int sig_bits) {
-    int sh = min_exp - p->exp, over = top_bit(p->mag) + 1 - sig_bits;
-    if (over > sh) sh = over;
-    if (sh <= 0) return 0;
-    if (sh >= 64 || (p->mag & ((UINT64_C(1) << sh) - 1u))) return -1;
-    p->mag >>= sh;
-    p->exp += sh;
-    return 0;
-}
-
-/* The IEEE bits of p in a format with exp_bits exponent bits and frac_bits
- * fraction bits (fp32: 8, 23; binary16: 5, 10). -1 when p is not exactly
- * representable there, or too large for its finite values. */
-static int encode_ieee(parts p, int exp_bits, int frac_bits, uint32_t sign, uint32_t *out) {
-    const int bias = (1 << (exp_bits - 1)) - 1, min_exp = 1 - bias - frac_bits;
-    if (p.mag == 0) {
-        *out = sign;
-        return 0;
-    }
-    if (normalise(&p, min_exp, frac_bits + 1)) return -1;
-    int top = binade_of(p), t = top_bit(p.mag);
-    if (top > bias) return -1;
-    if (top < 1 - bias) { /* subnormal: exp is min_exp after normalise */
-        *out = sign | (uint32_t)(p.mag << (p.exp - min_exp));
-        return 0;
-    }
-    uint32_t frac = (uint32_t)(p.mag << (frac_bits - t)) & ((UINT32_C(1) << frac_bits) - 1u);
-    *out = sign | (uint32_t)(top + bias) << frac_bits | frac;
-    return 0;
-}
-
-static int float_from_parts(parts p, uint32_t *out) { return encode_ieee(p, 8, 23, p.sign, out); }
-static int half_from_parts(parts p, uint32_t *out) { return encode_ieee(p, 5, 10, p.sign >> 16, out); }
-
-/* mag / 2^sh to the nearest integer, ties to the even one. */
-static uint64_t round_shift(uint64_t mag, int sh) {
-    if (sh <= 0) return mag;
-    if (sh > 62) return 0; /* mag < 2^24 is below half a unit */
-    uint64_t r = mag >> sh, rem = mag & ((UINT64_C(1) << sh) - 1u), half = UINT64_C(1) << (sh - 1);
-    return r + (rem > half || (rem == half && (r & 1u)));
-}
-
-static int clamp_scale(int e) { return e < SCALE_MIN ? SCALE_MIN : e > SCALE_MAX ? SCALE_MAX : e; }
-
-/* The fast case of round16 and of the conversions: x an fp32 normal whose
- * binade b lies where binary16 under e is normal too (b >= e - 28) and below
- * 2^127 (no clamp): its grid is then 2^(b - 10), fp32's with 13 fraction
- * bits fewer. Most values of a payload are there; the general code below
- * handles the rest. */
-static uint32_t fast_field_min(int e) { return e + 99 > 1 ? (uint32_t)(e + 99) : 1u; } /* b >= e - 28, normal */
-
-static int fast_case(uint32_t u, int e) {
-    const uint32_t field = (u >> 23) & 0xffu;
-    return field >= fast_field_min(e) && field < 254u; /* b < 127 */
-}
-
-/* round16 of wire_compact.h, on the bits of a finite x. */
-static uint32_t round16_bits(uint32_t u, int e) {
-    if (fast_case(u, e)) { /* ties to even on the 13 bits dropped; a carry into the exponent is exact */
-        u += 0xfffu + ((u >> 13) & 1u);
-        return u & 0xffffe000u;
-    }
-    parts p = float_parts(u);
-    if (p.mag == 0) return u;
-    int q = binade_of(p) - 10;
-    if (q < e - 38) q = e - 38; /* binary16's subnormal quantum, scaled */
-    if (q < -149) q = -149;     /* fp32's own: nothing finer exists */
-    if (q > p.exp) {
-        p.mag = round_shift(p.mag, q - p.exp);
-        p.exp = q;
-    }
-    if (p.mag && binade_of(p) > 127) p.mag = 2047, p.exp = 117; /* the largest below 2^128 */
-    uint32_t out = p.sign;
-    float_from_parts(p, &out); /* exact: at most 11 significant bits, on fp32's grid */
-    return out;
-}
+/* The conversions are compact_rules.h's (dgc_cx_*), shared with the CUDA codec. */
 
 float dgc_compact_value(float x, unsigned value_bits, int scale_exp) {
     uint32_t u = float_bits(x);
-    if (value_bits != 16 || !float_finite(u)) return x;
-    return bits_float(round16_bits(u, clamp_scale(scale_exp)));
+    if (value_bits != 16 || !dgc_cx_finite(u)) return x;
+    return bits_float(dgc_cx_round16_bits(u, dgc_cx_clamp_scale(scale_exp)));
 }
 
 /* The value loops take VALUE_BLOCK slots at a time: a branch-free pass that
@@ -203,15 +95,15 @@ void dgc_compact_values(const float *x, uint64_t count, unsigned value_bits, int
         memmove(out, x, (size_t)count * sizeof *x);
         return;
     }
-    const int e = clamp_scale(scale_exp);
-    /* fast_case as a range of the exponent field: [lo, 253]. */
-    const uint32_t lo = fast_field_min(e), span = 253u - lo;
+    const int e = dgc_cx_clamp_scale(scale_exp);
+    /* dgc_cx_fast_case as a range of the exponent field: [lo, 253]. */
+    const uint32_t lo = dgc_cx_fast_field_min(e), span = 253u - lo;
     uint32_t r[VALUE_BLOCK];
     for (uint64_t j0 = 0, end; j0 < count; j0 = end) {
         end = block_end(j0, count);
         const uint64_t len = end - j0;
         uint32_t off = 0;
-        for (uint64_t j = 0; j < len; j++) { /* round16_bits' fast case, without a branch */
+        for (uint64_t j = 0; j < len; j++) { /* dgc_cx_round16_bits' fast case, without a branch */
             const uint32_t u = float_bits(x[j0 + j]);
             off |= (((u >> 23) & 0xffu) - lo) > span;
             r[j] = (u + 0xfffu + ((u >> 13) & 1u)) & 0xffffe000u;
@@ -222,24 +114,13 @@ void dgc_compact_values(const float *x, uint64_t count, unsigned value_bits, int
     }
 }
 
-/* The binade of the largest finite magnitude among bits, or SCALE_MIN - 1
- * when all are 0. */
-static int max_binade(uint32_t max_abs) {
-    return max_abs ? binade_of(float_parts(max_abs)) : SCALE_MIN - 1;
-}
-
 int dgc_compact_scale16(const float *x, uint64_t count) {
     uint32_t max = 0; /* finite magnitudes order as their bits do */
     for (uint64_t j = 0; j < count; j++) {
         uint32_t a = float_bits(x[j]) & 0x7fffffffu;
-        if (float_finite(a) && a > max) max = a;
+        if (dgc_cx_finite(a) && a > max) max = a;
     }
-    if (!max) return 0;
-    int e = max_binade(max);
-    /* Rounding may carry the largest into the next binade; at 127 the
-     * rounding itself stops below 2^128. */
-    if (e < SCALE_MAX && max_binade(round16_bits(max, e) & 0x7fffffffu) > e) e++;
-    return e;
+    return dgc_cx_scale16_of_max(max);
 }
 
 /* ---- bit I/O ---- */
@@ -366,9 +247,9 @@ typedef struct {
 
 static areas areas_of(const dgc_compact_layout *L) {
     areas a;
-    a.upper_words = words_for(L->upper_bits);
-    a.low_words = words_for(L->k * L->low_bits);
-    a.value_words = words_for(L->k * L->value_bits);
+    a.upper_words = dgc_cx_words(L->upper_bits);
+    a.low_words = dgc_cx_words(L->k * L->low_bits);
+    a.value_words = dgc_cx_words(L->k * L->value_bits);
     a.upper = HEADER_BYTES + COUNT_BYTES;
     a.low = a.upper + (size_t)(8u * a.upper_words);
     a.values = a.low + (size_t)(8u * a.low_words);
@@ -428,16 +309,8 @@ static int encode_indices(const unsigned char *idx, uint64_t count, const dgc_co
  * its payload's grid. */
 static int encode_halves_exact(const unsigned char *val, uint64_t from, uint64_t to, int e, unsigned char *values) {
     for (uint64_t j = from; j < to; j++) {
-        uint32_t u = load_host32(val + 4u * j), h;
-        if (round16_bits(u, e) != u) return -1;
-        if (fast_case(u, e)) { /* on the grid: the low 13 fraction bits are 0; binade <= e */
-            const int hb = (int)((u >> 23) & 0xffu) - 127 + 14 - e; /* in [-14, 14] */
-            store16(values + 2u * j, (u >> 16 & 0x8000u) | (uint32_t)(hb + 15) << 10 | (u >> 13 & 0x3ffu));
-            continue;
-        }
-        parts p = float_parts(u);
-        p.exp += 14 - e;
-        if (half_from_parts(p, &h)) return -1; /* cannot happen on the grid */
+        uint32_t h;
+        if (dgc_cx_half_of(load_host32(val + 4u * j), e, &h)) return -1;
         store16(values + 2u * j, h);
     }
     return 0;
@@ -446,8 +319,8 @@ static int encode_halves_exact(const unsigned char *val, uint64_t from, uint64_t
 /* The same slots in the common case: u is +-0, or an fp32 normal of binade
  * b in [e - 28, e] (binary16 normal under e; b <= e holds for every value,
  * e being the binade of the payload's largest) whose low 13 fraction bits
- * are 0. Such a u is on the grid, round16_bits(u, e) == u: below binade 127
- * that is fast_case's rounding, and at 127 the general code drops the same
+ * are 0. Such a u is on the grid, dgc_cx_round16_bits(u, e) == u: below binade 127
+ * that is dgc_cx_fast_case's rounding, and at 127 the general code drops the same
  * 13 bits with no clamp to meet. Its binary16 field is b + 29 - e (in
  * [1, 29]), so the half is fp32's field and fraction shifted down 13 with
  * the bias moved, in wrapping arithmetic. Nonzero when some slot is
@@ -459,7 +332,7 @@ static int encode_halves_exact(const unsigned char *val, uint64_t from, uint64_t
  * bits. The top end needs no test: no |u| passes the largest. */
 static uint32_t encode_halves_fast(const unsigned char *val, uint64_t from, uint64_t to, int e,
                                    unsigned char *values) {
-    const uint32_t lowest = fast_field_min(e) << 23; /* binade e - 28, and a normal */
+    const uint32_t lowest = dgc_cx_fast_field_min(e) << 23; /* binade e - 28, and a normal */
     const uint32_t rebias = (uint32_t)(-98 - e) << 10;
     uint32_t small = 0, bits = 0;
     for (uint64_t j = from; j < to; j++) {
@@ -482,7 +355,7 @@ static int encode_values(const unsigned char *val, uint64_t count, unsigned vb, 
     }
     if (nonfinite) return -1;
     /* The values are rounded already: the largest sits in binade e. */
-    const int e = vb == 16 && max ? max_binade(max) : 0;
+    const int e = vb == 16 && max ? dgc_cx_max_binade(max) : 0;
     if (vb == 32) {
         for (uint64_t j = 0; j < count; j++) store32(values + 4u * j, load_host32(val + 4u * j));
     } else {
@@ -562,25 +435,14 @@ static int check_tail(const unsigned char *area, uint64_t words, uint64_t count,
 /* Value slot j (16 bits) as fp32 bits: -1 for Inf/NaN or a value fp32
  * cannot hold. */
 static int expand_half(uint32_t h, int e, uint64_t j, int rank, uint32_t *out, char *err, size_t errlen) {
-    if (((h >> 10) & 0x1fu) == 0x1fu) {
+    const int rc = dgc_cx_float_of_half(h, e, out);
+    if (rc == -1)
         snprintf(err, errlen, "payload from rank %d: value slot %llu is binary16 Inf or NaN (0x%04x)", rank,
                  (unsigned long long)j, h);
-        return -1;
-    }
-    /* The fast case: a binary16 normal whose value (binade b) is an fp32 normal. */
-    const int field = (int)((h >> 10) & 0x1fu), b = field - 15 + e - 14;
-    if (field != 0 && b >= -126 && b <= 127) {
-        *out = (h & 0x8000u) << 16 | (uint32_t)(b + 127) << 23 | (h & 0x3ffu) << 13;
-        return 0;
-    }
-    parts p = half_parts(h);
-    p.exp += e - 14;
-    if (float_from_parts(p, out)) {
+    else if (rc)
         snprintf(err, errlen, "payload from rank %d: value slot %llu (binary16 0x%04x times 2^%d) is not exact in fp32",
                  rank, (unsigned long long)j, h, e - 14);
-        return -1;
-    }
-    return 0;
+    return rc ? -1 : 0;
 }
 
 /* Value slots [from, to) one at a time into val (which holds slot from
@@ -592,7 +454,7 @@ static int expand_values_exact(const unsigned char *values, uint64_t from, uint6
         uint32_t u = load_value(values, j, vb);
         if (vb == 16) {
             if (expand_half(u, e, j, rank, &u, err, errlen)) return -1;
-        } else if (!float_finite(u)) {
+        } else if (!dgc_cx_finite(u)) {
             snprintf(err, errlen, "payload from rank %d: value slot %llu is Inf or NaN (0x%08x)", rank,
                      (unsigned long long)j, u);
             return -1;
@@ -706,7 +568,7 @@ static int index_out_of_range(uint64_t j, uint64_t high, unsigned low_bits, uint
  * first bad one (its message): linear in the area. */
 static int expand_indices_exact(const unsigned char *upper, const unsigned char *low, const dgc_compact_layout *L,
                                 uint64_t count, int rank, unsigned char *idx, char *err, size_t errlen) {
-    const uint64_t limit = index_limit(L->n), words = words_for(L->upper_bits);
+    const uint64_t limit = index_limit(L->n), words = dgc_cx_words(L->upper_bits);
     const unsigned lb = L->low_bits;
     uint64_t j = 0, prev = 0;
     for (uint64_t w = 0; w < words; w++) {
@@ -790,7 +652,7 @@ _Static_assert(INDEX_CHUNK + 8u <= DGC_COMPACT_WALK_CHUNK, "a walk's chunk holds
 static uint64_t last_set_bit(const unsigned char *area, uint64_t words) {
     for (uint64_t w = words; w-- > 0;) {
         const uint64_t v = load64(area + 8u * w);
-        if (v) return 64u * w + (uint64_t)top_bit(v);
+        if (v) return 64u * w + (uint64_t)dgc_cx_top_bit(v);
     }
     return UINT64_MAX;
 }
@@ -836,7 +698,7 @@ static uint32_t index_chunk(const uint32_t *high, uint32_t *lows, uint64_t m, ui
 static int highs_bounded(const unsigned char *upper, const dgc_compact_layout *L, uint64_t count) {
     const uint64_t limit = index_limit(L->n);
     if (count == 0 || limit == 0) return 0;
-    const uint64_t last = last_set_bit(upper, words_for(L->upper_bits));
+    const uint64_t last = last_set_bit(upper, dgc_cx_words(L->upper_bits));
     return last != UINT64_MAX && last < L->upper_bits && last - (count - 1u) <= (limit - 1u) >> L->low_bits;
 }
 
@@ -878,7 +740,7 @@ static __attribute__((aligned(64))) int expand_indices_fast(const unsigned char 
     if (!highs_bounded(upper, L, count)) return -1;
     /* The high parts, below 2^32 when sound, are kept mod 2^32 until then. */
     uint32_t high[INDEX_CHUNK + 8], lows[INDEX_CHUNK + 8];
-    const uint64_t bytes = 8u * words_for(L->upper_bits);
+    const uint64_t bytes = 8u * dgc_cx_words(L->upper_bits);
     uint64_t t = 0, j = 0, m, least = 0; /* upper bytes read, pairs done, pairs in the chunk */
     uint32_t bad = 0;
     while ((m = next_highs(upper, bytes, &t, j, high)) != 0) {

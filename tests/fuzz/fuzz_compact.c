@@ -3,7 +3,9 @@
  * payload, so whatever arrives it must either reject with a message or give
  * the one plain payload that the bytes stand for; and what it accepts must
  * be canonical: encoding the result gives back the same bytes. The checker
- * and the in-place sum must reach the same verdict with the same message.
+ * and the in-place sum must reach the same verdict with the same message,
+ * and the CUDA codec's pieces (tests/common/compact_pieces.h) the same
+ * verdict and pairs.
  *
  * Input: 7 choice bytes, then the compact payload, zero-padded or truncated
  * to the layout's bytes:
@@ -28,6 +30,7 @@
 
 #include "dgcshim/wire.h"
 #include "dgcshim/wire_compact.h"
+#include "../common/compact_pieces.h"
 #include "fuzz_check.h"
 
 #define CHOICE_BYTES 7
@@ -149,9 +152,29 @@ static void check_values_canonical(const float *val, uint64_t count, int e) {
  * empty ones) reach the expander's verdict with its message; the sum adds
  * the expanded pairs and writes nothing outside its n floats (up to 2^20 of
  * them: the sum is left out for larger n). */
+/* The CUDA codec's pieces, run as its threads run them, reach the same
+ * verdict and the same pairs. */
+static void pieces_agree(const unsigned char *compact, const dgc_compact_layout *L, int rc, const char *plain) {
+    uint64_t *words = malloc(L->bytes);
+    uint32_t *idx = malloc(4 * L->k), *val = malloc(4 * L->k);
+    CHECK(words && idx && val);
+    memcpy(words, compact, L->bytes);
+    memset(idx, 0xa5, 4 * L->k);
+    const int f = pieces_expand(words, L, idx, val);
+    CHECK((f == DGC_CX_OK) == (rc == 0));
+    if (rc == 0) {
+        CHECK(memcmp(idx, dgc_wire_indices((void *)plain), 4 * L->k) == 0);
+        CHECK(memcmp(val, dgc_wire_values((void *)plain, L->k), 4 * L->k) == 0);
+    }
+    free(words);
+    free(idx);
+    free(val);
+}
+
 static void other_readers_agree(const unsigned char *compact, const dgc_compact_layout *L, int rc, const char *err,
                                 size_t errlen, const char *plain) {
     char err2[ERRCAP];
+    pieces_agree(compact, L, rc, plain);
     memset(err2, ERR_FILL, sizeof err2);
     CHECK(dgc_compact_check(compact, L, 5, err2, errlen) == rc);
     if (rc) CHECK(strcmp(err2, err) == 0);
