@@ -27,7 +27,8 @@
  *     compressed call: the call is enqueued as usual, then returns
  *     ncclSystemError / ncclInvalidUsage. Ranks may learn of it at different
  *     calls; they all issue the same collectives meanwhile;
- *   - only when not even the flagged payload's few bytes can be had does a
+ *   - only when not even the flagged payload's few bytes (and, by the dense
+ *     transport with fp16/bf16 output, an n-float vector) can be had does a
  *     rank stop issuing (ncclSystemError at once, logged: the others may
  *     wait for it). */
 #include <stdatomic.h>
@@ -128,13 +129,18 @@ static cudaError_t exchange_alloc(dgc_nccl_call *k, size_t bytes) {
 }
 
 /* Exchange memory of a flagged call: its header and every rank's, then,
- * by the dense transport, a vector of n floats and the spare (its nranks
- * floats) for the dense sum, zeroed (what they hold does not matter: the
- * step fails everywhere; only the collectives must be there). */
+ * by the dense transport, the spare (nranks floats) and a vector of n
+ * floats for the dense sum: the output itself when it is fp32 (the step
+ * fails everywhere, so what the vector holds does not matter, and its NaN
+ * comes after), else of its own, zeroed. */
+static size_t flagged_vector(const dgc_nccl_call *k) {
+    return k->dense && k->gpu_dtype != DGC_GPU_F32 ? (size_t)k->count : 0;
+}
+
 static size_t flagged_bytes(const dgc_nccl_call *k) {
     const size_t r = (size_t)k->c->nranks;
     if (!k->dense) return dgc_wire_bytes(k->p.k) * (1 + r);
-    return sizeof(dgc_wire_header) * (1 + r) + sizeof(float) * ((size_t)k->count + r);
+    return sizeof(dgc_wire_header) * (1 + r) + sizeof(float) * (r + flagged_vector(k));
 }
 
 static cudaError_t flagged_buffers(dgc_nccl_call *k) {
@@ -145,10 +151,11 @@ static cudaError_t flagged_buffers(dgc_nccl_call *k) {
     k->payload = k->xbuf;
     k->gathered = (char *)k->xbuf + one;
     if (!k->dense) return cudaSuccess;
-    float *v = (float *)((char *)k->gathered + one * r);
-    k->vec = (dgc_gpu_dense_vector){.body = v, .block = k->count / r, .spare = v + k->count};
+    float *spare = (float *)((char *)k->gathered + one * r), *own = spare + r;
+    k->vec = (dgc_gpu_dense_vector){.body = flagged_vector(k) ? own : (float *)k->recv, .block = k->count / r,
+                                    .spare = spare};
     k->vec.rem = k->count - k->vec.block * r;
-    return cudaMemsetAsync(v, 0, sizeof(float) * ((size_t)k->count + r), k->stream);
+    return cudaMemsetAsync(spare, 0, sizeof(float) * (r + flagged_vector(k)), k->stream);
 }
 
 /* No state: a flagged header from the call's own exchange memory. */
@@ -273,12 +280,15 @@ static void exchange(const dgc_nccl_api *api, dgc_nccl_call *k, int phase) {
 /* The exchange did not go through: nothing is decoded, nothing committed.
  * The step stays taken: this rank cannot know whether the others failed
  * too, and a step given back on some ranks only would make their later k,
- * payload sizes and headers differ (invariant 1). NCCL's own log says why. */
+ * payload sizes and headers differ (invariant 1). NCCL's own log says why.
+ * A dense-transport call that fails in its first phase issues nothing of
+ * its second: ranks whose first phase went through may wait in its
+ * all-gathers (an NCCL failure is the communicator's, as a rule). */
 static void exchange_failed(dgc_nccl_call *k, ncclResult_t rc) {
     if (k->part != DGC_NCCL_PASS)
         DGC_ERROR("the real NCCL exchange of a compressed call failed (ncclResult_t %d): nothing was decoded or "
-                  "committed",
-                  (int)rc);
+                  "committed%s",
+                  (int)rc, k->dense ? " (the other ranks may wait in its dense sum)" : "");
     k->part = DGC_NCCL_DEAD;
     k->rc = rc;
 }
