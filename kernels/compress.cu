@@ -26,6 +26,7 @@
 #include <stdio.h>
 
 #include "device.cuh"
+#include "dgcshim/compact_rules.h"
 #include "dgcshim/update_rules.h"
 
 using namespace dgc_cuda;
@@ -45,6 +46,9 @@ __global__ void __launch_bounds__(kThreads) init_kernel(scratch *sc, float *v2, 
     sc->clip_done = 0;
     sc->scale = 1.0f;
     sc->bad_key = kNoBad;
+    sc->code_bad_key = kNoBad;
+    sc->max_abs = 0;
+    sc->scale_e = 0;
     a->vals = spare(v2, sc->cur, ns);
     a->idx = nullptr;
     a->count = count;
@@ -328,10 +332,26 @@ __global__ void __launch_bounds__(kThreads) ties_kernel(scratch *sc, uint32_t *k
 
 /* Header and k slots: the sorted real pairs, then padding (index 0, +0.0f);
  * all padding when some updated value is non-finite (the host's payload). */
-__global__ void __launch_bounds__(kThreads) pack_kernel(const scratch *sc, const uint32_t *keys, const float *vals,
-                                                        void *payload, uint64_t step, uint64_t n, uint64_t k) {
+/* 16-bit values: the largest finite |x| among the selected values, whose
+ * binade (and rounding) gives the payload's scale (dgc_compact_scale16).
+ * An integer atomicMax: the same result in any order. */
+__global__ void __launch_bounds__(kThreads) scale_kernel(scratch *sc, const float *vals) {
+    const uint64_t nsel = sc->nonfinite ? 0 : sc->sel.nsel;
+    for (uint64_t s = blockIdx.x * (uint64_t)kThreads + threadIdx.x; s < nsel; s += (uint64_t)gridDim.x * kThreads) {
+        const uint32_t a = __float_as_uint(vals[s]) & 0x7fffffffu;
+        if (dgc_cx_finite(a) && a != 0) atomicMax(&sc->max_abs, a);
+    }
+}
+
+/* The payload from the sorted selection: with 16-bit values each rounded to
+ * the grid of the payload's scale (the host's dgc_compact_values), and what
+ * rounding lost left in vals for the masking to keep (x - x = +0 with
+ * 32-bit values: what was sent is gone). */
+__global__ void __launch_bounds__(kThreads) pack_kernel(scratch *sc, const uint32_t *keys, float *vals, void *payload,
+                                                        uint64_t step, uint64_t n, uint64_t k, int round16) {
     const unsigned int nonfinite = sc->nonfinite;
     const uint64_t nsel = nonfinite ? 0 : sc->sel.nsel;
+    const int e = round16 ? dgc_cx_scale16_of_max(sc->max_abs) : 0;
     uint32_t *idx = reinterpret_cast<uint32_t *>(static_cast<char *>(payload) + sizeof(dgc_wire_header));
     float *val = reinterpret_cast<float *>(static_cast<char *>(payload) + sizeof(dgc_wire_header) + 4 * k);
     if (blockIdx.x == 0 && threadIdx.x == 0) {
@@ -342,11 +362,16 @@ __global__ void __launch_bounds__(kThreads) pack_kernel(const scratch *sc, const
         h.n = n;
         h.k = k;
         *static_cast<dgc_wire_header *>(payload) = h;
+        sc->scale_e = e;
     }
     for (uint64_t s = blockIdx.x * (uint64_t)kThreads + threadIdx.x; s < k; s += (uint64_t)gridDim.x * kThreads) {
         const bool real = s < nsel;
+        float x = real ? vals[s] : 0.0f, r = x;
+        const uint32_t u = __float_as_uint(x);
+        if (round16 && dgc_cx_finite(u)) r = __uint_as_float(dgc_cx_round16_bits(u, e));
         idx[s] = real ? keys[s] : 0u;
-        val[s] = real ? vals[s] : 0.0f;
+        val[s] = r;
+        if (real) vals[s] = x - r;
     }
 }
 
@@ -398,13 +423,15 @@ extern "C" int dgc_gpu_compress(dgc_gpu_state *s, const void *g, void *out, dgc_
     if (!s || !g || !out || !p) return fail_msg(err, errlen, "dgc_gpu_compress: NULL argument");
     const dgc_gpu_shape *sh = &s->shape;
     const uint64_t n = sh->n, k = p->k;
+    const int round16 = p->value_bits == 16;
     if (p->n != n || k < 1 || k > sh->k || (unsigned)dtype > (unsigned)DGC_GPU_BF16 ||
-        (dtype != DGC_GPU_F32 && !s->acc)) {
-        char msg[200];
+        (dtype != DGC_GPU_F32 && !s->acc) || (sh->value_bits && sh->value_bits != (round16 ? 16u : 32u))) {
+        char msg[240];
         snprintf(msg, sizeof msg,
-                 "dgc_gpu_compress: call (n %llu, k %llu, dtype %d) does not fit the state (n %llu, k %llu, dtype %d)",
-                 (unsigned long long)p->n, (unsigned long long)k, (int)dtype, (unsigned long long)n,
-                 (unsigned long long)sh->k, (int)sh->dtype);
+                 "dgc_gpu_compress: call (n %llu, k %llu, dtype %d, value bits %u) does not fit the state (n %llu, k "
+                 "%llu, dtype %d, wire value bits %u)",
+                 (unsigned long long)p->n, (unsigned long long)k, (int)dtype, p->value_bits, (unsigned long long)n,
+                 (unsigned long long)sh->k, (int)sh->dtype, sh->value_bits);
         return fail_msg(err, errlen, msg);
     }
     /* Before any launch: a call refused here leaves nothing half enqueued. */
@@ -481,8 +508,12 @@ extern "C" int dgc_gpu_compress(dgc_gpu_state *s, const void *g, void *out, dgc_
     CHECK("sorting the selection");
     s->sorted = dk.selector;
 
+    if (round16) {
+        scale_kernel<<<grid_for(k, s->sms, 4), kThreads, 0, st>>>(sc, dv.Current());
+        CHECK("launching the payload's scale");
+    }
     pack_kernel<<<grid_for(k, s->sms, 4), kThreads, 0, st>>>(sc, dk.Current(), dv.Current(), s->payload, p->step, n,
-                                                             k);
+                                                             k, round16);
     CHECK("launching the payload's packing");
     return 0;
 }

@@ -76,8 +76,16 @@ __global__ void __launch_bounds__(kThreads) validate_kernel(const char *gathered
 
 __global__ void finalize_kernel(const char *gathered, int nranks, uint64_t step, uint64_t n, uint64_t k, scratch *sc,
                                 dgc_gpu_report *rep, unsigned long long *state_count) {
-    const unsigned long long key = sc->bad_key;
+    const unsigned long long key = sc->bad_key, code = sc->code_bad_key;
     sc->bad_key = kNoBad; /* ready for the next call */
+    sc->code_bad_key = kNoBad;
+    if (code != kNoBad && (key == kNoBad || (code >> 40) <= (key >> kSlotBits))) {
+        /* A compact code at fault, at a rank no higher than any plain fault:
+         * what it expanded into means nothing. */
+        sc->dec_mode = DEC_BAD;
+        report_bad(rep, DGC_GPU_BAD_CODE, (int)(code >> 40), (code >> 4) & ((1ull << 36) - 1), code & 15u, step);
+        return;
+    }
     if (key != kNoBad) {
         /* The fault again, for its reason and value: same data, same test. */
         const int r = (int)(key >> kSlotBits);
@@ -194,16 +202,18 @@ __global__ void __launch_bounds__(kThreads) convert_kernel(void *out, const floa
 }
 
 /* The host's dgc_commit masking, on the spares that are about to become the
- * committed state: this rank's own sent indices (the sorted selection). */
-__global__ void __launch_bounds__(kThreads) mask_kernel(const scratch *sc, const uint32_t *sel, float *v2, float *u2,
-                                                        uint64_t ns) {
+ * committed state: at this rank's own sent indices (the sorted selection),
+ * v keeps what rounding the value for the wire lost (error feedback: +0
+ * when nothing was lost), u = 0 with momentum masking. */
+__global__ void __launch_bounds__(kThreads) mask_kernel(const scratch *sc, const uint32_t *sel, const float *lost,
+                                                        float *v2, float *u2, uint64_t ns) {
     if (sc->dec_mode != DEC_OK || sc->nonfinite) return;
     const uint64_t nsel = sc->sel.nsel;
     float *v = spare(v2, sc->cur, ns);
     float *u = u2 ? spare(u2, sc->cur, ns) : nullptr;
     for (uint64_t j = blockIdx.x * (uint64_t)kThreads + threadIdx.x; j < nsel; j += (uint64_t)gridDim.x * kThreads) {
         const uint32_t i = sel[j];
-        v[i] = 0.0f;
+        v[i] = lost[j];
         if (u) u[i] = 0.0f;
     }
 }
@@ -316,7 +326,8 @@ int launch_decode_tail(dgc_gpu_state *s, void *out, float *acc, dgc_gpu_dtype dt
         CHECK("launching the conversion to bf16");
     }
     float *u2 = s->u2 && p->momentum_masking ? s->u2 : nullptr;
-    mask_kernel<<<grid_for(k, s->sms, 8), kThreads, 0, st>>>(sc, s->keys[s->sorted], s->v2, u2, s->ns);
+    mask_kernel<<<grid_for(k, s->sms, 8), kThreads, 0, st>>>(sc, s->keys[s->sorted], s->vals[s->sorted], s->v2, u2,
+                                                             s->ns);
     CHECK("launching the masking");
     const uint64_t words = keep == PREV_SPARSE ? (uint64_t)nranks * dgc_wire_bytes(k) / 8 : 0;
     finish_kernel<<<words ? grid_for(words, s->sms, 8) : 1, kThreads, 0, st>>>(
@@ -355,6 +366,7 @@ extern "C" int dgc_gpu_decode(dgc_gpu_state *s, void *out, dgc_gpu_dtype dtype, 
     const size_t wb = dgc_wire_bytes(k);
     float *acc = dtype == DGC_GPU_F32 ? static_cast<float *>(out) : s->acc;
 
+    if (sh->value_bits && launch_expand(s, p, st, err, errlen)) return -1;
     validate_kernel<<<grid_for((uint64_t)nranks * k, s->sms, 8), kThreads, 0, st>>>(gathered, nranks, p->step, n, k,
                                                                                      sc);
     CHECK("launching the payloads' check");

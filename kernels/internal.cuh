@@ -59,6 +59,22 @@ struct select_job {
     unsigned long long nsel;      /* cnt_gt + ties_take */
 };
 
+/* What the expansion learns of one rank's compact payload from its frame. */
+struct rank_code {
+    unsigned long long count; /* its pairs */
+    int e;                    /* its scale */
+    unsigned int max16;       /* its values' largest binary16 magnitude */
+    int skip;                 /* not expanded: flagged FAILED, a bad header (the plain check names it) or frame */
+    int pad;
+};
+
+/* A compact-code fault's key: the lowest rank first, then the lowest slot,
+ * then the reason, as one atomicMin keeps it. */
+__host__ __device__ inline unsigned long long code_key(int rank, unsigned long long slot, int reason) {
+    const unsigned long long s = slot < (1ull << 36) - 1 ? slot : (1ull << 36) - 1;
+    return (unsigned long long)rank << 40 | s << 4 | (unsigned long long)reason;
+}
+
 /* The device-side scratch of one state. cur and prev_* persist across calls;
  * the rest is reset by each compress. */
 struct scratch {
@@ -75,6 +91,9 @@ struct scratch {
     unsigned long long gt_fill;   /* slots taken by values above t */
     unsigned long long tie_fill;  /* slots taken by ties (when all ties go) */
     unsigned long long bad_key;   /* (rank << 40 | slot + 1) of the first bad slot, kNoBad */
+    unsigned long long code_bad_key; /* code_key of the first compact-code fault, kNoBad */
+    unsigned int max_abs;    /* the selected values' largest finite |x| bits: the 16-bit scale */
+    int scale_e;             /* the payload's scale exponent (0 unless 16-bit values) */
     select_job sample;       /* the threshold from the sample */
     select_job sel;          /* the exact top k among candidates or the whole buffer */
     unsigned int blk_ties[kCompactBlocks];
@@ -102,6 +121,14 @@ struct dgc_gpu_state {
     void *payload;           /* dgc_wire_bytes(k) */
     void *gathered;          /* nranks * dgc_wire_bytes(k) */
     void *prev;              /* nranks * dgc_wire_bytes(sparse_k), when keep_prev and sparse_k */
+    /* A compact shape with sparse steps: the compact payloads, sent and
+     * received, and the expansion's scratch (per upper word of every rank:
+     * its set bits and their running sum; per rank: its frame). */
+    void *wire, *wire_gathered;
+    unsigned long long *popc, *popc_sum;
+    dgc_cuda::rank_code *codes;
+    void *scan_temp;
+    size_t scan_temp_bytes;
     float *prev_dense;       /* n, when keep_prev and dense */
     float *spare;            /* nranks, when dense: the dense sum's elements past its blocks */
     dgc_cuda::scratch *sc;
@@ -137,6 +164,13 @@ cudaError_t launch_sample(dgc_gpu_state *s, const void *g, dgc_gpu_dtype dtype, 
                           const dgc_sample_plan *sp, cudaStream_t st);
 /* The four passes over a job; max_count bounds the job's count (grid size). */
 cudaError_t launch_select(dgc_gpu_state *s, select_job *job, uint64_t max_count, cudaStream_t st);
+
+/* compact.cu: the compact codec. */
+/* cub's scan scratch for items upper words. */
+cudaError_t scan_temp_bytes(uint64_t items, size_t *bytes);
+/* The expansion of the gathered compact payloads into dgc_gpu_gathered,
+ * faults into sc->code_bad_key; the plain decode follows. */
+int launch_expand(dgc_gpu_state *s, const dgc_step_params *p, cudaStream_t st, char *err, size_t errlen);
 
 /* decode.cu: what both transports' decodes share. */
 /* out = NaN in dtype, when *mode is DEC_NAN (mode NULL: unconditionally). */

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dgcshim/wire_compact.h"
 #include "internal.cuh"
 
 namespace dgc_cuda {
@@ -73,7 +74,8 @@ uint64_t stride_of(uint64_t n) { return (n + 63) / 64 * 64; }
 /* Offsets of every array in the one allocation. */
 struct layout {
     size_t v2, u2, acc, cand_idx, cand_val, keys0, vals0, temp, payload, gathered, prev, prev_dense, spare, sc, total;
-    size_t temp_bytes;
+    size_t wire, wire_gathered, popc, popc_sum, codes, scan_temp;
+    size_t temp_bytes, scan_temp_bytes;
     uint64_t cap;
 };
 
@@ -119,6 +121,20 @@ cudaError_t plan(const dgc_gpu_shape *sh, layout *l) {
     l->prev = o; o += sh->keep_prev ? up(r * ws) : 0;
     l->prev_dense = o; o += sh->keep_prev && sh->dense ? up(n * f) : 0;
     l->spare = o; o += sh->dense ? up(r * f) : 0;
+    /* Compact payloads for the sparse steps: the largest is the largest k's
+     * (every area grows with k). */
+    const bool compact = sh->value_bits && sh->sparse_k;
+    dgc_compact_layout cl = {};
+    if (compact) dgc_compact_layout_for(n, sh->sparse_k, sh->value_bits, &cl);
+    const uint64_t upper_words = compact ? (cl.upper_bits + 63) / 64 : 0;
+    l->scan_temp_bytes = 0;
+    if (compact && (e = dgc_cuda::scan_temp_bytes(r * upper_words, &l->scan_temp_bytes)) != cudaSuccess) return e;
+    l->wire = o; o += up(cl.bytes);
+    l->wire_gathered = o; o += up(r * cl.bytes);
+    l->popc = o; o += up(r * upper_words * 8);
+    l->popc_sum = o; o += up(r * upper_words * 8);
+    l->codes = o; o += compact ? up(r * sizeof(rank_code)) : 0;
+    l->scan_temp = o; o += up(l->scan_temp_bytes);
     l->sc = o; o += up(sizeof(scratch));
     l->total = o;
     return cudaSuccess;
@@ -126,13 +142,15 @@ cudaError_t plan(const dgc_gpu_shape *sh, layout *l) {
 
 int shape_ok(const dgc_gpu_shape *sh, char *err, size_t errlen) {
     if (!sh || sh->n == 0 || sh->n > UINT32_MAX || sh->k == 0 || sh->k > sh->n || sh->sparse_k > sh->k ||
-        (sh->sparse_k == 0 && !sh->dense) || sh->nranks < 1 || (unsigned)sh->dtype > (unsigned)DGC_GPU_BF16) {
+        (sh->sparse_k == 0 && !sh->dense) || sh->nranks < 1 || (unsigned)sh->dtype > (unsigned)DGC_GPU_BF16 ||
+        (sh->value_bits != 0 && sh->value_bits != 16 && sh->value_bits != 32)) {
         char msg[200];
         snprintf(msg, sizeof msg,
-                 "bad GPU state shape (n %llu, k %llu, sparse k %llu, dense %d, nranks %d): need 1 <= k <= n < 2^32, "
-                 "sparse k <= k, and some transport",
+                 "bad GPU state shape (n %llu, k %llu, sparse k %llu, dense %d, nranks %d, value bits %u): need 1 <= "
+                 "k <= n < 2^32, sparse k <= k, some transport, value bits 0, 16 or 32",
                  sh ? (unsigned long long)sh->n : 0ull, sh ? (unsigned long long)sh->k : 0ull,
-                 sh ? (unsigned long long)sh->sparse_k : 0ull, sh ? sh->dense : 0, sh ? sh->nranks : 0);
+                 sh ? (unsigned long long)sh->sparse_k : 0ull, sh ? sh->dense : 0, sh ? sh->nranks : 0,
+                 sh ? sh->value_bits : 0u);
         return fail_msg(err, errlen, msg);
     }
     return 0;
@@ -214,10 +232,19 @@ dgc_gpu_state *dgc_gpu_state_create(const dgc_gpu_shape *shape, dgc_cuda_stream 
     s->prev = shape->keep_prev && shape->sparse_k ? b + l.prev : NULL;
     s->prev_dense = shape->keep_prev && shape->dense ? (float *)(b + l.prev_dense) : NULL;
     s->spare = shape->dense ? (float *)(b + l.spare) : NULL;
+    const bool compact = shape->value_bits && shape->sparse_k;
+    s->wire = compact ? b + l.wire : s->payload;
+    s->wire_gathered = compact ? b + l.wire_gathered : s->gathered;
+    s->popc = compact ? (unsigned long long *)(b + l.popc) : NULL;
+    s->popc_sum = compact ? (unsigned long long *)(b + l.popc_sum) : NULL;
+    s->codes = compact ? (rank_code *)(b + l.codes) : NULL;
+    s->scan_temp = compact ? b + l.scan_temp : NULL;
+    s->scan_temp_bytes = l.scan_temp_bytes;
     s->sc = (scratch *)(b + l.sc);
     /* Zero state (v = u = 0, cur = 0, nothing kept), and no bad slot yet. */
     if ((e = cudaMemsetAsync(s->block, 0, l.total, st)) != cudaSuccess ||
-        (e = cudaMemsetAsync(&s->sc->bad_key, 0xff, sizeof s->sc->bad_key, st)) != cudaSuccess) {
+        (e = cudaMemsetAsync(&s->sc->bad_key, 0xff, sizeof s->sc->bad_key, st)) != cudaSuccess ||
+        (e = cudaMemsetAsync(&s->sc->code_bad_key, 0xff, sizeof s->sc->code_bad_key, st)) != cudaSuccess) {
         fail(err, errlen, "zeroing a new GPU state", e);
         dgc_gpu_state_destroy(s);
         return NULL;
@@ -237,6 +264,15 @@ const dgc_gpu_shape *dgc_gpu_state_shape(const dgc_gpu_state *s) { return &s->sh
 size_t dgc_gpu_state_bytes(const dgc_gpu_state *s) { return s->bytes; }
 void *dgc_gpu_payload(dgc_gpu_state *s) { return s->payload; }
 void *dgc_gpu_gathered(dgc_gpu_state *s) { return s->gathered; }
+void *dgc_gpu_wire(dgc_gpu_state *s) { return s->wire; }
+void *dgc_gpu_wire_gathered(dgc_gpu_state *s) { return s->wire_gathered; }
+
+size_t dgc_gpu_wire_bytes(const dgc_gpu_state *s, uint64_t k) {
+    if (!s->shape.value_bits || !s->shape.sparse_k) return dgc_wire_bytes(k); /* dgc_gpu_wire is the plain payload */
+    dgc_compact_layout cl;
+    dgc_compact_layout_for(s->shape.n, k, s->shape.value_bits, &cl);
+    return cl.bytes;
+}
 
 uint64_t dgc_gpu_state_nonfinite(const dgc_gpu_state *s) {
     return *(volatile const unsigned long long *)s->nonfinite_host;

@@ -2,7 +2,8 @@
  *
  *   prepare   read the device's news, take the step, plan k, find or make
  *             the state, enqueue the compression (or a flagged payload)
- *   exchange  the real ncclAllGather of the fixed-size payloads, as bytes;
+ *   exchange  the real ncclAllGather of the fixed-size compact payloads
+ *             (wire_compact.h, encoded and expanded on the device), as bytes;
  *             or, by the dense transport (dgc_policy_transport: when the
  *             payloads would outweigh a dense all-reduce), the all-gather of
  *             the 32-byte headers and the dense sum of the scattered pairs:
@@ -137,9 +138,15 @@ static size_t flagged_vector(const dgc_nccl_call *k) {
     return k->dense && k->gpu_dtype != DGC_GPU_F32 ? (size_t)k->count : 0;
 }
 
+/* One payload as the call's exchange sends it: the compact one by the
+ * all-gather, the 32-byte header alone by the dense transport. */
+static size_t sent_bytes(const dgc_nccl_call *k) {
+    return k->dense ? sizeof(dgc_wire_header) : (size_t)k->tb.payload;
+}
+
 static size_t flagged_bytes(const dgc_nccl_call *k) {
     const size_t r = (size_t)k->c->nranks;
-    if (!k->dense) return dgc_wire_bytes(k->p.k) * (1 + r);
+    if (!k->dense) return sent_bytes(k) * (1 + r);
     return sizeof(dgc_wire_header) * (1 + r) + sizeof(float) * (r + flagged_vector(k));
 }
 
@@ -147,7 +154,7 @@ static cudaError_t flagged_buffers(dgc_nccl_call *k) {
     cudaError_t e = exchange_alloc(k, flagged_bytes(k));
     if (e != cudaSuccess) return e;
     const size_t r = (size_t)k->c->nranks;
-    const size_t one = k->dense ? sizeof(dgc_wire_header) : dgc_wire_bytes(k->p.k);
+    const size_t one = sent_bytes(k);
     k->payload = k->xbuf;
     k->gathered = (char *)k->xbuf + one;
     if (!k->dense) return cudaSuccess;
@@ -208,8 +215,7 @@ static void prepare(dgc_nccl_call *k, const dgc_config *cfg) {
         k->part = DGC_NCCL_PASS;
         return;
     }
-    k->dense = dgc_policy_transport(cfg, DGC_PAYLOAD_PLAIN, k->count, k->p.k, c->nranks, &k->tb) ==
-               DGC_TRANSPORT_DENSE;
+    k->dense = dgc_policy_transport(cfg, k->count, k->p.k, c->nranks, &k->tb) == DGC_TRANSPORT_DENSE;
     DGC_DEBUG("step %llu, %llu elements, k %llu: %s transport (bytes a rank sends: sparse all-gather %llu, dense %llu)",
               (unsigned long long)step, (unsigned long long)k->count, (unsigned long long)k->p.k,
               k->dense ? "dense" : "sparse", (unsigned long long)k->tb.sparse, (unsigned long long)k->tb.dense);
@@ -217,12 +223,15 @@ static void prepare(dgc_nccl_call *k, const dgc_config *cfg) {
     if (k->b) {
         char err[256] = "";
         dgc_gpu_state *s = k->b->gpu;
-        k->payload = dgc_gpu_payload(s);
-        k->gathered = dgc_gpu_gathered(s);
+        /* The all-gather's payloads travel compact; the dense transport's
+         * headers are the plain payload's. */
+        k->payload = k->dense ? dgc_gpu_payload(s) : dgc_gpu_wire(s);
+        k->gathered = k->dense ? dgc_gpu_gathered(s) : dgc_gpu_wire_gathered(s);
         if (k->dense && dgc_gpu_dense_view(s, k->recv, k->gpu_dtype, &k->vec))
             snprintf(err, sizeof err, "the state has no room for the dense transport (a bug)");
         else if (dgc_gpu_compress(s, k->send, k->recv, k->gpu_dtype, &k->p, k->stream, err, sizeof err) == 0 &&
-                 (!k->dense || dgc_gpu_dense_scatter(s, k->recv, k->gpu_dtype, &k->p, k->stream, err, sizeof err) == 0)) {
+                 (k->dense ? dgc_gpu_dense_scatter(s, k->recv, k->gpu_dtype, &k->p, k->stream, err, sizeof err)
+                           : dgc_gpu_encode(s, &k->p, k->stream, err, sizeof err)) == 0) {
             k->part = DGC_NCCL_STATE;
             return;
         }
@@ -269,10 +278,10 @@ static void exchange(const dgc_nccl_api *api, dgc_nccl_call *k, int phase) {
     if (k->part == DGC_NCCL_PASS) {
         note(k, api->all_reduce(k->send, k->recv, k->count, k->dtype, k->op, k->comm, k->stream));
     } else if (!k->dense) {
-        note(k, api->all_gather(k->payload, k->gathered, dgc_wire_bytes(k->p.k), ncclUint8, k->comm, k->stream));
+        note(k, api->all_gather(k->payload, k->gathered, sent_bytes(k), ncclUint8, k->comm, k->stream));
     } else {
         if (phase == 0)
-            note(k, api->all_gather(k->payload, k->gathered, sizeof(dgc_wire_header), ncclUint8, k->comm, k->stream));
+            note(k, api->all_gather(k->payload, k->gathered, sent_bytes(k), ncclUint8, k->comm, k->stream));
         dense_sum(api, k, phase);
     }
 }
@@ -300,7 +309,7 @@ static void count_call(dgc_nccl_call *k) {
     /* What this rank sent to each other rank: its payload, or by the dense
      * transport its total over N-1 (as the MPI path counts it). */
     const uint64_t others = (uint64_t)k->c->nranks - 1;
-    size_t wire = !k->dense ? dgc_wire_bytes(k->p.k) : others ? (size_t)((k->tb.dense + others - 1) / others) : 0;
+    size_t wire = !k->dense ? sent_bytes(k) : others ? (size_t)((k->tb.dense + others - 1) / others) : 0;
     s->calls++;
     s->dense_transport += k->dense != 0;
     s->dense_bytes += (uint64_t)k->count * dgc_gpu_dtype_size(k->gpu_dtype);
@@ -326,8 +335,8 @@ static void finish(dgc_nccl_call *k, const dgc_config *cfg) {
         dgc_registry_tally_add(DGC_TALLY_NCCL_COMPRESSED);
         break;
     case DGC_NCCL_FAILED:
-        failed = dgc_gpu_decode_stateless(k->gathered, k->dense ? sizeof(dgc_wire_header) : dgc_wire_bytes(k->p.k),
-                                          k->recv, k->gpu_dtype, &k->p, report, k->stream) != 0;
+        failed = dgc_gpu_decode_stateless(k->gathered, sent_bytes(k), k->recv, k->gpu_dtype, &k->p, report,
+                                          k->stream) != 0;
         if (failed) snprintf(err, sizeof err, "%s", dgc_gpu_last_error());
         dgc_registry_tally_add(DGC_TALLY_NCCL_COMPRESSED);
         break;

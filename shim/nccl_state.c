@@ -32,7 +32,7 @@ static int fits(const dgc_gpu_shape *have, const dgc_gpu_shape *want) {
     return have->n == want->n && have->k >= want->k && have->sparse_k >= want->sparse_k &&
            have->dense >= want->dense && have->nranks == want->nranks &&
            have->with_momentum == want->with_momentum && have->keep_prev == want->keep_prev &&
-           have->dtype == want->dtype;
+           have->dtype == want->dtype && have->value_bits == want->value_bits;
 }
 
 static int is_entry(const dgc_buffer *b, const void *ctx) { return b == ctx; }
@@ -106,10 +106,11 @@ dgc_buffer *dgc_nccl_state_get(dgc_nccl_call *k, const dgc_config *cfg) {
         .with_momentum = cfg->momentum > 0,
         .keep_prev = cfg->compensate && cfg->momentum > 0,
         .dtype = k->gpu_dtype,
+        .value_bits = (unsigned)cfg->value_bits,
     };
     /* Sized once for every later step: the gathered payloads for the largest
      * k that goes sparse, the dense room when some step goes dense. */
-    dgc_policy_outlook(cfg, DGC_PAYLOAD_PLAIN, k->count, k->p.step, c->nranks, &want.sparse_k, &want.dense);
+    dgc_policy_outlook(cfg, k->count, k->p.step, c->nranks, &want.sparse_k, &want.dense);
     dgc_buffer *b = dgc_registry_find(c, key, k->recv, k->count);
     if (b && b->pinned) {
         /* The same buffer twice among the calls of one group: its payload

@@ -31,27 +31,22 @@ int dgc_policy_plan(const dgc_config *cfg, uint64_t count, uint64_t step, int nr
     return 0;
 }
 
-uint64_t dgc_payload_bytes(dgc_payload_format f, uint64_t n, uint64_t k, unsigned value_bits) {
-    if (f == DGC_PAYLOAD_PLAIN) return dgc_wire_bytes(k);
-    dgc_compact_layout code;
-    dgc_compact_layout_for(n, k, value_bits, &code);
-    return code.bytes;
-}
-
-void dgc_transport_bytes_for(dgc_payload_format f, uint64_t n, uint64_t k, unsigned value_bits, int nranks,
-                             dgc_transport_bytes *out) {
+void dgc_transport_bytes_for(uint64_t n, uint64_t k, unsigned value_bits, int nranks, dgc_transport_bytes *out) {
     if (nranks < 1) nranks = 1;
     uint64_t others = (uint64_t)nranks - 1, header = sizeof(dgc_wire_header);
-    out->sparse = others * dgc_payload_bytes(f, n, k, value_bits);
+    dgc_compact_layout code;
+    dgc_compact_layout_for(n, k, value_bits, &code);
+    out->payload = code.bytes;
+    out->sparse = others * code.bytes;
     /* 2 (N-1) 4n / N, rounded up: at most 2^20 ranks and 2^32 elements, so
      * the product fits 64 bits. */
     out->dense = (2 * others * 4 * n + (uint64_t)nranks - 1) / (uint64_t)nranks + others * header;
 }
 
-dgc_transport dgc_policy_transport(const dgc_config *cfg, dgc_payload_format f, uint64_t n, uint64_t k, int nranks,
+dgc_transport dgc_policy_transport(const dgc_config *cfg, uint64_t n, uint64_t k, int nranks,
                                    dgc_transport_bytes *bytes) {
     dgc_transport_bytes b;
-    dgc_transport_bytes_for(f, n, k, (unsigned)cfg->value_bits, nranks, &b);
+    dgc_transport_bytes_for(n, k, (unsigned)cfg->value_bits, nranks, &b);
     if (bytes) *bytes = b;
     if (cfg->transport != DGC_TRANSPORT_AUTO) return (dgc_transport)cfg->transport;
     if (nranks <= 1) return DGC_TRANSPORT_SPARSE; /* nothing travels either way */
@@ -60,15 +55,15 @@ dgc_transport dgc_policy_transport(const dgc_config *cfg, dgc_payload_format f, 
 
 /* The densities from step on are dgc_density_at's stages that follow it: a
  * quarter each (exact in binary), never below the target, then the target. */
-void dgc_policy_outlook(const dgc_config *cfg, dgc_payload_format f, uint64_t count, uint64_t step, int nranks,
-                        uint64_t *sparse_k, int *dense) {
+void dgc_policy_outlook(const dgc_config *cfg, uint64_t count, uint64_t step, int nranks, uint64_t *sparse_k,
+                        int *dense) {
     const double target = 1.0 - cfg->sparsity;
     double d = dgc_density_at(cfg->sparsity, cfg->warmup_steps, step);
     *sparse_k = 0;
     *dense = 0;
     for (;;) {
         uint64_t k = dgc_k_for(count, d);
-        if (dgc_policy_transport(cfg, f, count, k, nranks, NULL) == DGC_TRANSPORT_DENSE) *dense = 1;
+        if (dgc_policy_transport(cfg, count, k, nranks, NULL) == DGC_TRANSPORT_DENSE) *dense = 1;
         else if (k > *sparse_k) *sparse_k = k;
         if (!(d > target)) break;
         d *= 0.25;

@@ -49,6 +49,7 @@ enum {
     DGC_GPU_BAD_HEADER = 2, /* step, n or k differ from this rank's */
     DGC_GPU_BAD_INDEX = 3, /* an index >= n */
     DGC_GPU_BAD_ORDER = 4, /* indices not strictly increasing, or padding before a real pair */
+    DGC_GPU_BAD_CODE = 5,  /* a compact payload breaks its format: bad_value is compact_rules.h's DGC_CX_* fault */
 };
 
 /* What the device tells the host, in mapped pinned host memory: kernels
@@ -93,6 +94,8 @@ typedef struct {
     int with_momentum;
     int keep_prev;
     dgc_gpu_dtype dtype;
+    unsigned value_bits; /* the sparse payload on the wire: 16 or 32, compact (wire_compact.h) with values of
+                          * that width; 0, the plain pairs (wire.h) */
 } dgc_gpu_shape;
 
 /* Device bytes a state of this shape holds (the one cudaMalloc of
@@ -119,13 +122,32 @@ size_t dgc_gpu_state_bytes(const dgc_gpu_state *s);
 void *dgc_gpu_payload(dgc_gpu_state *s);
 void *dgc_gpu_gathered(dgc_gpu_state *s);
 
+/* What the sparse all-gather carries: this rank's payload as it travels
+ * (dgc_gpu_wire_bytes(s, p->k) bytes: the compact one that dgc_gpu_encode
+ * writes when the shape's value_bits is 16 or 32, else the plain
+ * dgc_gpu_payload), and room for nranks of them, that far apart, which
+ * dgc_gpu_decode reads (and, compact, expands into dgc_gpu_gathered first). */
+void *dgc_gpu_wire(dgc_gpu_state *s);
+void *dgc_gpu_wire_gathered(dgc_gpu_state *s);
+size_t dgc_gpu_wire_bytes(const dgc_gpu_state *s, uint64_t k);
+
+/* Enqueues, after dgc_gpu_compress on a compact shape, the compact form of
+ * the payload into dgc_gpu_wire(s): the bytes dgc_compact_encode gives for
+ * it (the selected pairs, values on the grid of the payload's scale; none on
+ * a non-finite step). p->value_bits must be the shape's. A no-op for a
+ * plain shape. Returns 0, or -1 when a launch failed. */
+int dgc_gpu_encode(dgc_gpu_state *s, const dgc_step_params *p, dgc_cuda_stream stream, char *err, size_t errlen);
+
 /* Enqueues this step's update and selection: reads g (n elements of dtype,
  * device memory), computes the clipping scale (p->clip_norm > 0), the
  * momentum and residual updates into spare arrays (the committed state is
  * untouched), the threshold from the shared sample (dgc_sample_plan_for),
  * the candidates, the exact top p->k of them, and writes the payload, its
  * pairs sorted by index, with DGC_WIRE_NONFINITE when some updated value is
- * Inf or NaN. Sets out (n elements of dtype; may be g) to zero, or the fp32
+ * Inf or NaN. With p->value_bits 16 the values are rounded to the binary16
+ * grid of one scale per payload (dgc_compact_value, dgc_compact_scale16, as
+ * the host engine rounds them), and the commit leaves what rounding lost in
+ * the residual (error feedback). Sets out (n elements of dtype; may be g) to zero, or the fp32
  * accumulator when dtype is not fp32, as the update streams past.
  * p->k must not exceed the shape's k. dgc_gpu_decode must get the same out
  * (fp32: it adds into what this call zeroed). Returns 0, or -1 when a launch
@@ -133,10 +155,11 @@ void *dgc_gpu_gathered(dgc_gpu_state *s);
 int dgc_gpu_compress(dgc_gpu_state *s, const void *g, void *out, dgc_gpu_dtype dtype, const dgc_step_params *p,
                      dgc_cuda_stream stream, char *err, size_t errlen);
 
-/* Enqueues the decode of dgc_gpu_gathered(s) (p->nranks payloads of p->k
- * slots, p->k at most the shape's sparse_k) into out, and the commit, all
- * decided on the device:
- *   - some header or index fails its check: report->bad (first time), out
+/* Enqueues the decode of dgc_gpu_wire_gathered(s) (p->nranks payloads of
+ * p->k slots, p->k at most the shape's sparse_k; compact ones expanded into
+ * dgc_gpu_gathered(s) and checked as dgc_compact_check checks them) into
+ * out, and the commit, all decided on the device:
+ *   - some header, index or compact code fails its check: report->bad (first time), out
  *     left as compress left it (zero), the state not changed;
  *   - some rank flagged DGC_WIRE_FAILED or DGC_WIRE_NONFINITE: out all NaN
  *     (in dtype), the state not changed, the report's counter and this

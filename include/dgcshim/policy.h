@@ -24,43 +24,32 @@ int dgc_policy_compressible(const dgc_config *cfg, uint64_t count, int nranks);
 int dgc_policy_plan(const dgc_config *cfg, uint64_t count, uint64_t step, int nranks,
                     dgc_step_params *out);
 
-/* The sparse payload as a front end sends it: the compact encoding
- * (wire_compact.h: Elias-Fano indices, value_bits per value; the MPI path)
- * or the plain 8-byte pairs (wire.h; the NCCL path, whose GPU engine has no
- * compact codec yet). */
-typedef enum { DGC_PAYLOAD_COMPACT = 0, DGC_PAYLOAD_PLAIN = 1 } dgc_payload_format;
-
-/* Bytes of one sparse payload of k slots over n elements in format f. */
-uint64_t dgc_payload_bytes(dgc_payload_format f, uint64_t n, uint64_t k, unsigned value_bits);
-
 /* Bytes one rank sends in one call, for each way its pairs can travel:
- *   sparse: the all-gather of the fixed-size payloads (dgc_payload_bytes),
- *           (N-1) payloads (ring);
+ *   sparse: the all-gather of the fixed-size compact payloads (wire_compact.h,
+ *           value_bits per value; payload: one of them), (N-1) payloads (ring);
  *   dense:  the pairs scattered into a dense float vector and summed by a
  *           reduce-scatter then an all-gather (a ring all-reduce's
  *           2 (N-1)/N 4n bytes), after an all-gather of the 32-byte headers. */
 typedef struct {
-    uint64_t sparse, dense;
+    uint64_t sparse, dense, payload;
 } dgc_transport_bytes;
 
-void dgc_transport_bytes_for(dgc_payload_format f, uint64_t n, uint64_t k, unsigned value_bits, int nranks,
-                             dgc_transport_bytes *out);
+void dgc_transport_bytes_for(uint64_t n, uint64_t k, unsigned value_bits, int nranks, dgc_transport_bytes *out);
 
 /* The transport of a call (DGC_TRANSPORT_SPARSE or _DENSE): what
  * cfg->transport forces, else (auto) the sparse all-gather only when it
  * sends fewer bytes than the dense transport (a tie goes dense, which needs
- * no gathered buffer). A function of (format, n, k, nranks, configuration)
- * alone, so every rank decides alike. bytes, when not NULL, gets both
- * alternatives. */
-dgc_transport dgc_policy_transport(const dgc_config *cfg, dgc_payload_format f, uint64_t n, uint64_t k, int nranks,
+ * no gathered buffer). A function of (n, k, nranks, configuration) alone, so
+ * every rank decides alike. bytes, when not NULL, gets both alternatives. */
+dgc_transport dgc_policy_transport(const dgc_config *cfg, uint64_t n, uint64_t k, int nranks,
                                    dgc_transport_bytes *bytes);
 
 /* What the calls on a count-element buffer from step on will need, for a
  * state sized once (warm-up densities only fall): *sparse_k, the largest k
  * of those that go by the sparse all-gather (0 when none does), and *dense,
  * whether any goes by the dense transport. */
-void dgc_policy_outlook(const dgc_config *cfg, dgc_payload_format f, uint64_t count, uint64_t step, int nranks,
-                        uint64_t *sparse_k, int *dense);
+void dgc_policy_outlook(const dgc_config *cfg, uint64_t count, uint64_t step, int nranks, uint64_t *sparse_k,
+                        int *dense);
 
 #ifdef __cplusplus
 }

@@ -44,7 +44,7 @@ Test(policy_transport, auto_picks_the_fewer_bytes_for_2_to_4096_ranks) {
             uint64_t n = sizes[a], k = dgc_k_for(n, densities[d]);
             for (int N = 2; N <= 4096; N++) {
                 dgc_transport_bytes b;
-                dgc_transport t = dgc_policy_transport(&cfg, DGC_PAYLOAD_COMPACT, n, k, N, &b);
+                dgc_transport t = dgc_policy_transport(&cfg, n, k, N, &b);
                 double s = sparse_bytes((double)n, (double)k, N, (double)cfg.value_bits), e = dense_bytes((double)n, N);
                 cr_assert(fabs((double)b.sparse - s) < 0.5 && fabs((double)b.dense - e) < 0.5,
                           "n %llu k %llu N %d: bytes %llu/%llu, formulas %.0f/%.0f", (unsigned long long)n,
@@ -71,7 +71,7 @@ static int first_dense(uint64_t n, double density, unsigned value_bits) {
     uint64_t k = dgc_k_for(n, density);
     int first = 0;
     for (int N = 2; N <= 4096; N++) {
-        int dense = dgc_policy_transport(&cfg, DGC_PAYLOAD_COMPACT, n, k, N, NULL) == DGC_TRANSPORT_DENSE;
+        int dense = dgc_policy_transport(&cfg, n, k, N, NULL) == DGC_TRANSPORT_DENSE;
         if (dense && !first) first = N;
         cr_assert(!first || dense, "density %g: sparse again at N %d after dense from %d", density, N, first);
     }
@@ -84,45 +84,14 @@ Test(policy_transport, the_crossovers) {
     cr_assert_eq(first_dense(1000000, 0.001, 16), 2278);
     cr_assert_eq(first_dense(1000000, 0.001, 32), 1452);
     dgc_config cfg = with_transport(DGC_TRANSPORT_AUTO);
-    cr_assert_eq(dgc_policy_transport(&cfg, DGC_PAYLOAD_COMPACT, 1000000, 1000, 1, NULL), DGC_TRANSPORT_SPARSE, "one rank sends nothing");
+    cr_assert_eq(dgc_policy_transport(&cfg, 1000000, 1000, 1, NULL), DGC_TRANSPORT_SPARSE, "one rank sends nothing");
 }
 
 Test(policy_transport, forced_either_way) {
     dgc_config s = with_transport(DGC_TRANSPORT_SPARSE), d = with_transport(DGC_TRANSPORT_DENSE);
     for (int N = 1; N <= 64; N++) {
-        cr_assert_eq(dgc_policy_transport(&s, DGC_PAYLOAD_COMPACT, 1000000, 250000, N, NULL), DGC_TRANSPORT_SPARSE);
-        cr_assert_eq(dgc_policy_transport(&d, DGC_PAYLOAD_COMPACT, 1000000, 1000, N, NULL), DGC_TRANSPORT_DENSE);
-    }
-}
-
-/* The plain payload (the NCCL path's): a 32-byte header and 8 bytes a slot.
- * At 25% it ties dense at N = 4 (a tie goes dense), at 99.9% of 10^6 from
- * N = 1000 on: the crossovers DESIGN.md gives. */
-static double plain_bytes(double k) { return 32 + 8 * k; }
-
-Test(policy_transport, plain_payloads_against_the_formulas) {
-    static const double densities[] = {0.25, 0.0625, 0.015625, 0.00390625, 0.001};
-    static const uint64_t sizes[] = {16384, 1000000, 25000000, 4294967295ull};
-    dgc_config cfg = with_transport(DGC_TRANSPORT_AUTO);
-    for (size_t a = 0; a < sizeof sizes / sizeof *sizes; a++)
-        for (size_t d = 0; d < sizeof densities / sizeof *densities; d++) {
-            uint64_t n = sizes[a], k = dgc_k_for(n, densities[d]);
-            for (int N = 2; N <= 4096; N++) {
-                dgc_transport_bytes b;
-                dgc_transport t = dgc_policy_transport(&cfg, DGC_PAYLOAD_PLAIN, n, k, N, &b);
-                double s = (N - 1) * plain_bytes((double)k), e = dense_bytes((double)n, N);
-                cr_assert(fabs((double)b.sparse - s) < 0.5 && fabs((double)b.dense - e) < 0.5,
-                          "n %llu k %llu N %d: bytes %llu/%llu, formulas %.0f/%.0f", (unsigned long long)n,
-                          (unsigned long long)k, N, (unsigned long long)b.sparse, (unsigned long long)b.dense, s, e);
-                cr_assert_eq(t, s < e ? DGC_TRANSPORT_SPARSE : DGC_TRANSPORT_DENSE, "n %llu density %g N %d",
-                             (unsigned long long)n, densities[d], N);
-            }
-        }
-    for (int N = 2; N <= 4096; N++) {
-        int dense25 = dgc_policy_transport(&cfg, DGC_PAYLOAD_PLAIN, 1000000, 250000, N, NULL) == DGC_TRANSPORT_DENSE;
-        int dense01 = dgc_policy_transport(&cfg, DGC_PAYLOAD_PLAIN, 1000000, 1000, N, NULL) == DGC_TRANSPORT_DENSE;
-        cr_assert_eq(dense25, N >= 4, "25%%, N %d", N);
-        cr_assert_eq(dense01, N >= 1000, "99.9%%, N %d", N);
+        cr_assert_eq(dgc_policy_transport(&s, 1000000, 250000, N, NULL), DGC_TRANSPORT_SPARSE);
+        cr_assert_eq(dgc_policy_transport(&d, 1000000, 1000, N, NULL), DGC_TRANSPORT_DENSE);
     }
 }
 
@@ -130,27 +99,27 @@ Test(policy_transport, plain_payloads_against_the_formulas) {
  * sparse and whether any goes dense, from each step of a warm-up on (and
  * past it), for rank counts on both sides of each stage's crossover. */
 Test(policy_transport, outlook_covers_every_later_step) {
-    static const int ranks[] = {2, 3, 4, 8, 13, 64, 1000, 2300};
-    for (int f = DGC_PAYLOAD_COMPACT; f <= DGC_PAYLOAD_PLAIN; f++)
+    static const int ranks[] = {2, 3, 4, 8, 12, 13, 64, 1000, 1452, 2300};
+    for (unsigned vb = 16; vb <= 32; vb += 16)
         for (int t = DGC_TRANSPORT_AUTO; t <= DGC_TRANSPORT_DENSE; t++)
             for (size_t r = 0; r < sizeof ranks / sizeof *ranks; r++) {
                 dgc_config cfg = with_transport(t);
                 cfg.warmup_steps = 50;
+                cfg.value_bits = (int)vb;
                 const uint64_t n = 1000000;
                 for (uint64_t step = 0; step <= 52; step++) {
                     uint64_t want_k = 0, got_k;
                     int want_dense = 0, got_dense;
                     for (uint64_t s = step; s <= 60; s++) {
                         uint64_t k = dgc_k_for(n, dgc_density_at(cfg.sparsity, cfg.warmup_steps, s));
-                        if (dgc_policy_transport(&cfg, (dgc_payload_format)f, n, k, ranks[r], NULL) ==
-                            DGC_TRANSPORT_DENSE)
+                        if (dgc_policy_transport(&cfg, n, k, ranks[r], NULL) == DGC_TRANSPORT_DENSE)
                             want_dense = 1;
                         else if (k > want_k)
                             want_k = k;
                     }
-                    dgc_policy_outlook(&cfg, (dgc_payload_format)f, n, step, ranks[r], &got_k, &got_dense);
+                    dgc_policy_outlook(&cfg, n, step, ranks[r], &got_k, &got_dense);
                     cr_assert(got_k == want_k && got_dense == want_dense,
-                              "format %d transport %d N %d step %llu: outlook (%llu, %d), steps say (%llu, %d)", f,
+                              "value bits %u transport %d N %d step %llu: outlook (%llu, %d), steps say (%llu, %d)", vb,
                               t, ranks[r], (unsigned long long)step, (unsigned long long)got_k, got_dense,
                               (unsigned long long)want_k, want_dense);
                 }

@@ -2,7 +2,7 @@
  *
  *   gpu_engine_check CASE [--small]
  *     CASE: against_host half_inputs determinism bad_payloads nonfinite
- *           overflow large dense_transport, or all
+ *           overflow large dense_transport compact, or all
  *     --small: small buffers only (for compute-sanitizer's memcheck and
  *              racecheck, which run each kernel many times slower)
  *
@@ -39,6 +39,7 @@
 #include "dgcshim/engine.h"
 #include "dgcshim/engine_cuda.h"
 #include "dgcshim/wire.h"
+#include "dgcshim/wire_compact.h"
 
 namespace {
 
@@ -240,6 +241,7 @@ struct config {
     bool misalign;       /* g and out one element past an aligned address: the element-wise pass */
     uint64_t seed;
     int transport;       /* TRANSPORT_*: how the pairs travel, step by step */
+    unsigned vbits;      /* DGC_VALUE_BITS and the wire: 0, plain pairs; 16 or 32, compact payloads */
 };
 
 /* The dense transport (dgc_gpu_dense_scatter, a simulated reduce-scatter
@@ -255,11 +257,12 @@ bool dense_at(const config &c, uint64_t step) {
 std::string describe(const config &c) {
     char b[300];
     snprintf(b, sizeof b, "n %llu density %g warmup %llu ratio %g m %g nesterov %d masking %d compensate %d in-place %d "
-                          "average %d ranks %d %s%s%s",
+                          "average %d ranks %d %s%s%s%s",
              (unsigned long long)c.n, c.density, (unsigned long long)c.warmup, c.ratio, (double)c.v.m, c.v.nesterov,
              c.v.masking, c.v.compensate, c.v.in_place, c.v.average, c.nranks, dname(c.dtype),
              c.misalign ? " misaligned" : "",
-             c.transport == TRANSPORT_DENSE ? " dense" : c.transport == TRANSPORT_TURNS ? " dense/sparse" : "");
+             c.transport == TRANSPORT_DENSE ? " dense" : c.transport == TRANSPORT_TURNS ? " dense/sparse" : "",
+             c.vbits == 16 ? " compact16" : c.vbits == 32 ? " compact32" : "");
     return b;
 }
 
@@ -290,6 +293,7 @@ struct sim {
         sh.k = kmax;
         sh.sparse_k = c.transport == TRANSPORT_DENSE ? 0 : kmax;
         sh.dense = c.transport != TRANSPORT_SPARSE;
+        sh.value_bits = c.vbits;
         sh.nranks = c.nranks;
         sh.with_momentum = c.v.m > 0;
         sh.keep_prev = c.v.compensate && c.v.m > 0;
@@ -344,6 +348,7 @@ struct sim {
         p.clip_norm = c.v.clip;
         p.nranks = c.nranks;
         p.sample_ratio = c.ratio;
+        p.value_bits = c.vbits;
         return p;
     }
 };
@@ -434,12 +439,12 @@ bool dense_exchange(sim &S, const dgc_step_params &p, char *err, size_t errlen) 
 
 /* One call on every simulated rank, GPU and host, and the comparison.
  * poison: (rank, index) given NaN in g, rank -1 for none. */
-int run_step(sim &S, uint64_t step, int poison_rank = -1, uint64_t poison_index = 0) {
+int run_step(sim &S, uint64_t step, int poison_rank = -1, uint64_t poison_index = 0, bool corrupt = false) {
     const config &c = S.c;
     const int R = c.nranks;
     const uint64_t n = c.n, k = k_at(c, step);
     const dgc_step_params p = S.params(step, k);
-    const size_t wb = dgc_wire_bytes(k);
+    const size_t wb = dgc_wire_bytes(k), cw = dgc_gpu_wire_bytes(S.gs[0], k);
     const std::string what = describe(c) + " step " + std::to_string(step) + " k " + std::to_string(k);
     char err[256] = "";
 
@@ -466,10 +471,18 @@ int run_step(sim &S, uint64_t step, int poison_rank = -1, uint64_t poison_index 
             return STEP_FAIL;
         }
     } else {
+        for (int r = 0; r < R; r++)
+            if (dgc_gpu_encode(S.gs[r], &p, (dgc_cuda_stream)S.st, err, sizeof err)) {
+                fail("dgc_gpu_encode: %s (%s)", err, what.c_str());
+                return STEP_FAIL;
+            }
         for (int q = 0; q < R; q++)
             for (int r = 0; r < R; r++)
-                CK(cudaMemcpyAsync((char *)dgc_gpu_gathered(S.gs[q]) + (size_t)r * wb, dgc_gpu_payload(S.gs[r]), wb,
+                CK(cudaMemcpyAsync((char *)dgc_gpu_wire_gathered(S.gs[q]) + (size_t)r * cw, dgc_gpu_wire(S.gs[r]), cw,
                                    cudaMemcpyDeviceToDevice, S.st));
+        if (corrupt)
+            for (int q = 0; q < R; q++) /* the count word's reserved bits: every rank must reject rank 1's payload */
+                CK(cudaMemsetAsync((char *)dgc_gpu_wire_gathered(S.gs[q]) + cw + 32 + 5, 0x01, 1, S.st));
     }
     for (int q = 0; q < R; q++)
         if ((dense ? dgc_gpu_decode_dense : dgc_gpu_decode)(S.gs[q], S.dout[q], c.dtype, &p, c.v.compensate,
@@ -478,10 +491,13 @@ int run_step(sim &S, uint64_t step, int poison_rank = -1, uint64_t poison_index 
             fail("dgc_gpu_decode%s: %s (%s)", dense ? "_dense" : "", err, what.c_str());
             return STEP_FAIL;
         }
-    std::vector<uint8_t> gathered((size_t)R * wb);
-    for (int r = 0; r < R; r++)
+    std::vector<uint8_t> gathered((size_t)R * wb), wires((size_t)R * cw);
+    for (int r = 0; r < R; r++) {
         CK(cudaMemcpyAsync(gathered.data() + (size_t)r * wb, dgc_gpu_payload(S.gs[r]), wb, cudaMemcpyDeviceToHost,
                            S.st));
+        if (c.vbits && !dense)
+            CK(cudaMemcpyAsync(wires.data() + (size_t)r * cw, dgc_gpu_wire(S.gs[r]), cw, cudaMemcpyDeviceToHost, S.st));
+    }
     std::vector<hbuf> out(R, hbuf(n, c.dtype));
     for (int r = 0; r < R; r++)
         CK(cudaMemcpyAsync(out[r].b.data(), S.dout[r], out[r].b.size(), cudaMemcpyDeviceToHost, S.st));
@@ -529,6 +545,46 @@ int run_step(sim &S, uint64_t step, int poison_rank = -1, uint64_t poison_index 
         }
     }
     if (status == STEP_TIE) return STEP_TIE;
+
+    /* Compact payloads: each rank's, as the device encoded it, is the host
+     * encoder's bytes for its plain payload. */
+    if (c.vbits && !dense) {
+        dgc_compact_layout L;
+        dgc_compact_layout_for(n, k, c.vbits, &L);
+        std::vector<uint8_t> want(L.bytes);
+        for (int r = 0; r < R; r++) {
+            if (dgc_compact_encode(gathered.data() + (size_t)r * wb, &L, want.data())) {
+                fail("rank %d: the host encoder refuses the GPU's plain payload (%s)", r, what.c_str());
+                return STEP_FAIL;
+            }
+            if (memcmp(want.data(), wires.data() + (size_t)r * cw, L.bytes) != 0) {
+                size_t b = 0;
+                while (want[b] == wires[(size_t)r * cw + b]) b++;
+                fail("rank %d compact payload differs from the host encoder's at byte %zu of %zu (%s)", r, b, L.bytes,
+                     what.c_str());
+                return STEP_FAIL;
+            }
+        }
+    }
+    if (corrupt) { /* every rank rejected rank 1's payload: output zero, no state changed, the report says why */
+        for (int r = 0; r < R; r++) dgc_discard(S.hs[r]);
+        for (int q = 0; q < R; q++) {
+            for (uint64_t i = 0; i < n; i++)
+                if (out[q].get(i) != 0) {
+                    fail("rank %d output[%llu] = 0x%x after a bad compact payload, expected 0 (%s)", q,
+                         (unsigned long long)i, out[q].get(i), what.c_str());
+                    return STEP_FAIL;
+                }
+            if (S.rep[q]->bad != DGC_GPU_BAD_CODE || S.rep[q]->bad_rank != 1 || S.rep[q]->bad_value != 1) {
+                fail("rank %d report: bad %u rank %d value %llu, expected %d (a compact code) from rank 1, fault 1 "
+                     "(the count word) (%s)",
+                     q, S.rep[q]->bad, S.rep[q]->bad_rank, (unsigned long long)S.rep[q]->bad_value, DGC_GPU_BAD_CODE,
+                     what.c_str());
+                return STEP_FAIL;
+            }
+        }
+        return STEP_OK; /* the states are compared at the next step, which builds on the unchanged ones */
+    }
 
     /* Host decode of the very bytes the GPU gathered, then what the MPI
      * path does: commit, compensation; the average and the conversion as
@@ -637,6 +693,7 @@ config base_config(uint64_t n, double density, double ratio, const variant &v, i
     c.misalign = false;
     c.seed = seed;
     c.transport = TRANSPORT_SPARSE;
+    c.vbits = 0;
     return c;
 }
 
@@ -707,6 +764,46 @@ void case_dense_transport() {
                 }
     printf("%s gpu.engine.dense_transport: %d configurations, %d steps compared bit for bit\n", verdict(), configs,
            steps);
+}
+
+/* Compact payloads (DGC_VALUE_BITS 16 and 32): the device's encoding is the
+ * host encoder's, bit for bit; its expansion and decode give the host's
+ * output and state (16-bit values rounded as the host engine rounds them,
+ * what rounding lost kept in the residual), by the all-gather alone and in
+ * turns with the dense transport; and a damaged payload is rejected on
+ * every rank with nothing changed. */
+void case_compact() {
+    std::vector<uint64_t> sizes = {1000, 20011};
+    if (!small_mode) sizes.push_back((1u << 20) + 3);
+    int configs = 0, steps = 0;
+    uint64_t seed = 900;
+    for (unsigned vb : {16u, 32u})
+        for (int transport : {TRANSPORT_SPARSE, TRANSPORT_TURNS})
+            for (uint64_t n : sizes)
+                for (int R : {1, 2, 3, 4})
+                    for (int vi : {0, 1, 2}) {
+                        if (small_mode && (R == 4 || (vi == 0 && R > 1))) continue;
+                        variant v = kVariants[vi];
+                        v.average = R == 3;
+                        config c = base_config(n, n > 20000 ? 0.001 : 0.01, 0.01, v, R, seed++);
+                        c.vbits = vb;
+                        c.transport = transport;
+                        c.dtype = R == 2 && vi == 2 ? DGC_GPU_BF16 : DGC_GPU_F32;
+                        c.gen = c.dtype == DGC_GPU_F32 ? 0 : 1;
+                        c.steps = small_mode ? 4 : 7;
+                        steps += run_config(c);
+                        configs++;
+                    }
+    /* A damaged payload at step 2 (sparse), then the next steps as if it had
+     * not happened. */
+    config c = base_config(20011, 0.01, 0.01, kVariants[1], 3, 990);
+    c.vbits = 16;
+    sim S(c);
+    if (S.ok && must_match(S, 0) && must_match(S, 1) && run_step(S, 2, -1, 0, true) == STEP_OK && must_match(S, 2) &&
+        must_match(S, 3))
+        steps += 4;
+    printf("%s gpu.engine.compact: %d configurations and a damaged payload, %d steps compared bit for bit\n",
+           verdict(), configs + 1, steps);
 }
 
 void case_half_inputs() {
@@ -1017,6 +1114,7 @@ const named_case kCases[] = {
     {"against_host", case_against_host}, {"half_inputs", case_half_inputs}, {"determinism", case_determinism},
     {"bad_payloads", case_bad_payloads}, {"nonfinite", case_nonfinite},     {"overflow", case_overflow},
     {"large", case_large},                   {"dense_transport", case_dense_transport},
+    {"compact", case_compact},
 };
 
 } // namespace

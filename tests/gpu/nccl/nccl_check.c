@@ -13,8 +13,11 @@
  *
  * The DGC reference (momentum 0, no clipping, no warm-up,
  * DGC_SAMPLE_RATIO=1 so that the selection is the exact top k): every rank
- * keeps v, adds its gradient, sends its k largest |v| and zeroes them; the
- * output is 0 plus every rank's pairs, rank by rank in rank order, in fp32.
+ * keeps v, adds its gradient, sends its k largest |v| (rounded to binary16
+ * under one scale per payload with the default DGC_VALUE_BITS=16: the
+ * definition in tests/common/round16_ref.h) and keeps what was not sent
+ * (zero, or what rounding lost); the output is 0 plus every rank's pairs,
+ * rank by rank in rank order, in fp32.
  * That is the design's algorithm, computed here from both ranks' gradients
  * (every rank can generate every rank's gradient from the seed). */
 #include <cuda_runtime_api.h>
@@ -28,6 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+
+#include "../../common/round16_ref.h"
 
 static int rank, nranks;
 static const char *case_name = "?";
@@ -198,11 +203,13 @@ typedef struct {
     float *v;   /* nranks rows of n: every rank's residual */
     float *g;   /* scratch: one rank's gradient */
     long *idx;  /* scratch: indices by |v| */
+    int round16; /* DGC_VALUE_BITS is 16 (the default): sent values rounded, the rest kept */
 } dgc_ref;
 
 static dgc_ref ref_new(long n, double sparsity) {
+    const char *bits = getenv("DGC_VALUE_BITS");
     dgc_ref r = {n, k_for(n, sparsity), calloc((size_t)(n * nranks), sizeof(float)), malloc((size_t)n * sizeof(float)),
-                 malloc((size_t)n * sizeof(long))};
+                 malloc((size_t)n * sizeof(long)), !bits || strcmp(bits, "32") != 0};
     if (!r.v || !r.g || !r.idx) fail("no host memory");
     return r;
 }
@@ -228,10 +235,15 @@ static void ref_step(dgc_ref *R, uint64_t tag, long step, long until, float *out
             R->idx[i] = i;
         }
         qsort_r(R->idx, (size_t)R->n, sizeof(long), by_magnitude, v);
+        /* 16-bit values: one scale for the payload, from its largest value
+         * (the first by magnitude); each value rounded under it, what
+         * rounding lost left in the residual. */
+        const int e = R->round16 ? ref_scale16(fabs((double)v[R->idx[0]])) : 0;
         for (long j = 0; j < R->k; j++) {
             long i = R->idx[j];
-            out[i] += v[i];
-            v[i] = 0.0f;
+            const float sent = R->round16 ? ref_round16(v[i], e) : v[i];
+            out[i] += sent;
+            v[i] = v[i] - sent;
         }
     }
 }
@@ -876,7 +888,7 @@ typedef struct {
     const char *rank1_env; /* rank 1's own value of one variable, or NULL */
 } test_case;
 
-#define EXACT "DGC_SPARSITY=0", "DGC_SAMPLE_RATIO=1", "DGC_MIN_ELEMENTS=1024"
+#define EXACT "DGC_SPARSITY=0", "DGC_SAMPLE_RATIO=1", "DGC_MIN_ELEMENTS=1024", "DGC_VALUE_BITS=32"
 #define SPARSE "DGC_SPARSITY=0.99", "DGC_SAMPLE_RATIO=1", "DGC_MIN_ELEMENTS=1024"
 #define DENSE "DGC_TRANSPORT=dense"
 
@@ -908,6 +920,9 @@ static const test_case cases[] = {
     {"dense_fp16_bf16", case_half, {EXACT, DENSE, "DGC_STATS=1"}, NULL},
     {"dense_nonblocking", case_nonblocking, {SPARSE, DENSE, "DGC_STATS=1"}, NULL},
     {"dense_over_budget", case_over_budget, {SPARSE, DENSE}, "DGC_MAX_STATE_MB=1"},
+    /* fp32 values in the compact payload (the others send the default
+     * 16-bit ones, which the reference rounds). */
+    {"two_ranks_sparse_fp32", case_sparse, {SPARSE, "DGC_VALUE_BITS=32", "DGC_STATS=1"}, NULL},
 };
 
 static void set_env(const char *assignment) {
