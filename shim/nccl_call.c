@@ -35,6 +35,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
+#include "dgcshim/compact_rules.h"
 #include "dgcshim/policy.h"
 #include "dgcshim/wire.h"
 #include "log.h"
@@ -49,12 +50,28 @@ int dgc_nccl_gpu_dtype(ncclDataType_t dtype, dgc_gpu_dtype *out) {
     }
 }
 
-static const char *bad_reason(uint32_t bad) {
+/* A compact payload's fault (compact_rules.h's DGC_CX_*, the report's value). */
+static const char *code_fault(uint64_t f) {
+    switch (f) {
+    case DGC_CX_COUNT: return "a compact payload's count word is bad (reserved bits, count above k, or scale)";
+    case DGC_CX_TAIL: return "a compact payload has a non-zero slot or bit past its pairs";
+    case DGC_CX_UPPER: return "a compact payload's upper area has a bit past it, or more or fewer set bits than pairs";
+    case DGC_CX_INDEX: return "a compact payload has an index out of range";
+    case DGC_CX_ORDER: return "a compact payload's indices are not strictly increasing";
+    case DGC_CX_VALUE: return "a compact payload has an Inf, NaN or inexact value";
+    case DGC_CX_SCALE: return "a compact payload's scale is not canonical";
+    case DGC_CX_PADDING: return "a compact payload counts its padding (0, +0.0) as a pair";
+    default: return "a compact payload breaks its format";
+    }
+}
+
+static const char *bad_reason(uint32_t bad, uint64_t value) {
     switch (bad) {
     case DGC_GPU_BAD_MAGIC: return "not a dgcshim payload, or unknown flags";
     case DGC_GPU_BAD_HEADER: return "its step, n or k differ from this rank's";
     case DGC_GPU_BAD_INDEX: return "an index out of range";
     case DGC_GPU_BAD_ORDER: return "indices not strictly increasing, or padding before a pair";
+    case DGC_GPU_BAD_CODE: return code_fault(value);
     default: return "unknown reason";
     }
 }
@@ -71,7 +88,7 @@ static ncclResult_t news(dgc_comm *c) {
         x->bad_said = 1;
         DGC_ERROR("a payload from rank %d failed its check on the device (%s; slot %llu, value %llu, step %llu): "
                   "that step changed no state on any rank; this call returns ncclInvalidUsage",
-                  (int)r->bad_rank, bad_reason(bad), (unsigned long long)r->bad_slot,
+                  (int)r->bad_rank, bad_reason(bad, r->bad_value), (unsigned long long)r->bad_slot,
                   (unsigned long long)r->bad_value, (unsigned long long)r->bad_step);
         rc = ncclInvalidUsage;
     }
