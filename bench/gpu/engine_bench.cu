@@ -9,7 +9,9 @@
  * k after warm-up; the state sized for the warm-up's first k, as the shim
  * sizes it), with momentum 0.9 (and compensation) and 0: the median over
  * --iters calls (default 20, after 3 untimed) of
- *     engine = compress + decode of 2 gathered payloads + commit,
+ *     engine = compress + compact encode + expand and decode of 2 gathered
+ *              payloads + commit
+ * as the NCCL path runs a call (16-bit values: DGC_VALUE_BITS' default),
  * each part timed with CUDA events; the gathered payloads are filled by
  * device copies between them, timed apart (the all-gather's stand-in).
  * Beside it, the device-to-device copy bandwidth measured in the same run
@@ -114,6 +116,7 @@ bool run(uint64_t n, float m, int iters, double bw, cudaStream_t st, result *res
     sh.k = dgc_k_for(n, 0.25);
     sh.sparse_k = sh.k; /* the all-gather at every k (the warm-up's first included) */
     sh.dense = 0;
+    sh.value_bits = 16; /* compact payloads, 16-bit values: the NCCL path's default */
     sh.nranks = nranks;
     sh.with_momentum = m > 0;
     sh.keep_prev = m > 0;
@@ -140,7 +143,7 @@ bool run(uint64_t n, float m, int iters, double bw, cudaStream_t st, result *res
     p.clip_norm = 0;
     p.nranks = nranks;
     p.sample_ratio = 0.01;
-    const size_t wb = dgc_wire_bytes(k);
+    p.value_bits = 16;
     cudaEvent_t ev[4];
     for (cudaEvent_t &e : ev) CK(cudaEventCreate(&e));
     std::vector<double> tc, td, tg, te;
@@ -149,14 +152,16 @@ bool run(uint64_t n, float m, int iters, double bw, cudaStream_t st, result *res
         spin_kernel<<<1, 1, 0, st>>>(2000000);
         CK(cudaGetLastError());
         CK(cudaEventRecord(ev[0], st));
-        if (dgc_gpu_compress(s, g, out, DGC_GPU_F32, &p, (dgc_cuda_stream)st, err, sizeof err)) {
+        if (dgc_gpu_compress(s, g, out, DGC_GPU_F32, &p, (dgc_cuda_stream)st, err, sizeof err) ||
+            dgc_gpu_encode(s, &p, (dgc_cuda_stream)st, err, sizeof err)) {
             fprintf(stderr, "engine_bench: compress: %s\n", err);
             return false;
         }
         CK(cudaEventRecord(ev[1], st));
+        const size_t wb = dgc_gpu_wire_bytes(s, k);
         for (int r = 0; r < nranks; r++)
-            CK(cudaMemcpyAsync((char *)dgc_gpu_gathered(s) + r * wb, dgc_gpu_payload(s), wb, cudaMemcpyDeviceToDevice,
-                               st));
+            CK(cudaMemcpyAsync((char *)dgc_gpu_wire_gathered(s) + r * wb, dgc_gpu_wire(s), wb,
+                               cudaMemcpyDeviceToDevice, st));
         CK(cudaEventRecord(ev[2], st));
         if (dgc_gpu_decode(s, out, DGC_GPU_F32, &p, m > 0, 0, rep, (dgc_cuda_stream)st, err, sizeof err)) {
             fprintf(stderr, "engine_bench: decode: %s\n", err);
