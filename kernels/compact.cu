@@ -184,12 +184,6 @@ cudaError_t scan(void *temp, size_t *bytes, const unsigned long long *in, unsign
     }
 }
 
-#define CHECK(what)                                                                                                  \
-    do {                                                                                                             \
-        cudaError_t e_ = cudaGetLastError();                                                                         \
-        if (e_ != cudaSuccess) return fail(err, errlen, what, e_);                                                   \
-    } while (0)
-
 } // namespace
 
 namespace dgc_cuda {

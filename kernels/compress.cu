@@ -390,12 +390,6 @@ void update_dispatch(const update_args &a, bool mom, bool nesterov, bool vec, in
     else update_launch<DT, true, false>(a, vec, sms, st);
 }
 
-#define CHECK(what)                                                                                                  \
-    do {                                                                                                             \
-        cudaError_t e_ = cudaGetLastError();                                                                         \
-        if (e_ != cudaSuccess) return fail(err, errlen, what, e_);                                                   \
-    } while (0)
-
 /* cub's onesweep sort does not check the temp storage it is handed (it
  * drops AliasTemporaries' verdict): storage short of its need would be
  * written past, into the payload that follows it. The state sized it for

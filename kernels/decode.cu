@@ -263,12 +263,6 @@ int multiprocessors(void) {
     return sms;
 }
 
-#define CHECK(what)                                                                                                  \
-    do {                                                                                                             \
-        cudaError_t e_ = cudaGetLastError();                                                                         \
-        if (e_ != cudaSuccess) return fail(err, errlen, what, e_);                                                   \
-    } while (0)
-
 } // namespace
 
 namespace dgc_cuda {

@@ -75,12 +75,6 @@ int fits(const dgc_gpu_state *s, const void *out, dgc_gpu_dtype dtype, const dgc
     return fail_msg(err, errlen, msg);
 }
 
-#define CHECK(what)                                                                                                  \
-    do {                                                                                                             \
-        cudaError_t e_ = cudaGetLastError();                                                                         \
-        if (e_ != cudaSuccess) return fail(err, errlen, what, e_);                                                   \
-    } while (0)
-
 } // namespace
 
 extern "C" int dgc_gpu_dense_view(dgc_gpu_state *s, void *out, dgc_gpu_dtype dtype, dgc_gpu_dense_vector *v) {

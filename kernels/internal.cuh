@@ -148,6 +148,14 @@ int fail(char *err, size_t errlen, const char *what, cudaError_t e);
 /* The same for a failure that is not CUDA's (bad arguments). */
 int fail_msg(char *err, size_t errlen, const char *msg);
 
+/* After a launch, in a function with err and errlen: the launch's failure,
+ * recorded and returned as -1 (fail). */
+#define CHECK(what)                                                                                                  \
+    do {                                                                                                             \
+        cudaError_t e_ = cudaGetLastError();                                                                         \
+        if (e_ != cudaSuccess) return dgc_cuda::fail(err, errlen, what, e_);                                         \
+    } while (0)
+
 /* Blocks for a grid-stride kernel over count items: enough to cover them,
  * at most per_sm blocks per multiprocessor, at least one. */
 unsigned int grid_for(uint64_t count, int sms, int per_sm);
