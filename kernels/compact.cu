@@ -18,6 +18,7 @@
  * an atomicMin), which the plain decode's decision reads; the plain decode
  * then runs on the expanded payloads as it would on received plain ones. */
 #include <cub/device/device_scan.cuh>
+#include <limits.h>
 #include <stdio.h>
 
 #include "dgcshim/compact_rules.h"
@@ -198,6 +199,14 @@ int launch_expand(dgc_gpu_state *s, const dgc_step_params *p, cudaStream_t st, c
     const dgc_cx_view v = view_for(s, p->k, &cbytes);
     const int nranks = p->nranks;
     const uint64_t words = (uint64_t)nranks * v.upper_words;
+    if (cbytes > s->wire_room || words > (uint64_t)INT_MAX) {
+        char msg[200];
+        snprintf(msg, sizeof msg,
+                 "dgc_gpu_decode: %d compact payloads of %zu bytes (%llu upper words) do not fit the state's %zu bytes "
+                 "a payload",
+                 nranks, cbytes, (unsigned long long)words, s->wire_room);
+        return fail_msg(err, errlen, msg);
+    }
     /* Before any launch: the scan's scratch, sized for the largest k, must
      * hold this k's (cub promises no order between sizes). */
     size_t need = 0;
@@ -246,6 +255,12 @@ extern "C" int dgc_gpu_encode(dgc_gpu_state *s, const dgc_step_params *p, dgc_cu
     cudaStream_t st = (cudaStream_t)stream;
     size_t cbytes;
     const dgc_cx_view v = view_for(s, p->k, &cbytes);
+    if (cbytes > s->wire_room) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "dgc_gpu_encode: a compact payload of %zu bytes does not fit the state's %zu",
+                 cbytes, s->wire_room);
+        return fail_msg(err, errlen, msg);
+    }
     cudaError_t e = cudaMemsetAsync(s->wire, 0, cbytes, st);
     if (e != cudaSuccess) return fail(err, errlen, "zeroing the compact payload", e);
     encode_kernel<<<grid_for(p->k, s->sms, 8), kThreads, 0, st>>>(s->sc, static_cast<const char *>(s->payload), v,

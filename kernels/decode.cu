@@ -44,14 +44,18 @@ __device__ __forceinline__ const float *values_of(const char *pl, uint64_t k) {
 __device__ __forceinline__ bool is_padding(uint32_t i, float v) { return i == 0 && __float_as_uint(v) == 0; }
 
 /* DGC_GPU_BAD_INDEX / _ORDER for slot j, 0 when sound: padding, or a real
- * pair with an index below n, above the previous slot's, which is real. */
+ * pair with an index below n, above the previous slot's, which is real. The
+ * first slot alone may be (0, +0.0) and real: a value at index 0 that
+ * rounded to +0 for the wire, with pairs after it (adding it changes
+ * nothing, so the sum skips it either way); padding later fails the order
+ * test at the slot after it. */
 __device__ unsigned int slot_fault(const uint32_t *idx, const float *val, uint64_t j, uint64_t n,
                                    unsigned long long *value) {
     const uint32_t i = idx[j];
     if (is_padding(i, val[j])) return 0;
     *value = i;
     if (i >= n) return DGC_GPU_BAD_INDEX;
-    if (j > 0 && (is_padding(idx[j - 1], val[j - 1]) || idx[j - 1] >= i)) return DGC_GPU_BAD_ORDER;
+    if (j > 0 && ((j > 1 && is_padding(idx[j - 1], val[j - 1])) || idx[j - 1] >= i)) return DGC_GPU_BAD_ORDER;
     return 0;
 }
 

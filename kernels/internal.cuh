@@ -129,6 +129,7 @@ struct dgc_gpu_state {
     dgc_cuda::rank_code *codes;
     void *scan_temp;
     size_t scan_temp_bytes;
+    size_t wire_room;        /* bytes for one compact payload (a call's may not be larger) */
     float *prev_dense;       /* n, when keep_prev and dense */
     float *spare;            /* nranks, when dense: the dense sum's elements past its blocks */
     dgc_cuda::scratch *sc;

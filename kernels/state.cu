@@ -75,7 +75,7 @@ uint64_t stride_of(uint64_t n) { return (n + 63) / 64 * 64; }
 struct layout {
     size_t v2, u2, acc, cand_idx, cand_val, keys0, vals0, temp, payload, gathered, prev, prev_dense, spare, sc, total;
     size_t wire, wire_gathered, popc, popc_sum, codes, scan_temp;
-    size_t temp_bytes, scan_temp_bytes;
+    size_t temp_bytes, scan_temp_bytes, wire_room;
     uint64_t cap;
 };
 
@@ -121,11 +121,17 @@ cudaError_t plan(const dgc_gpu_shape *sh, layout *l) {
     l->prev = o; o += sh->keep_prev ? up(r * ws) : 0;
     l->prev_dense = o; o += sh->keep_prev && sh->dense ? up(n * f) : 0;
     l->spare = o; o += sh->dense ? up(r * f) : 0;
-    /* Compact payloads for the sparse steps: the largest is the largest k's
-     * (every area grows with k). */
+    /* Compact payloads for the sparse steps, up to sparse_k slots. Their
+     * bits grow with k, but not quite their bytes: each of the three areas
+     * rounds up to whole words, and where a larger k takes fewer low bits a
+     * payload can come out a word or two shorter than a smaller k's. Three
+     * words of slack cover every k below (wire_room; encode and decode
+     * refuse a call past it). */
     const bool compact = sh->value_bits && sh->sparse_k;
     dgc_compact_layout cl = {};
     if (compact) dgc_compact_layout_for(n, sh->sparse_k, sh->value_bits, &cl);
+    if (compact) cl.bytes += 24;
+    l->wire_room = compact ? cl.bytes : 0;
     const uint64_t upper_words = compact ? (cl.upper_bits + 63) / 64 : 0;
     l->scan_temp_bytes = 0;
     if (compact && (e = dgc_cuda::scan_temp_bytes(r * upper_words, &l->scan_temp_bytes)) != cudaSuccess) return e;
@@ -240,6 +246,7 @@ dgc_gpu_state *dgc_gpu_state_create(const dgc_gpu_shape *shape, dgc_cuda_stream 
     s->codes = compact ? (rank_code *)(b + l.codes) : NULL;
     s->scan_temp = compact ? b + l.scan_temp : NULL;
     s->scan_temp_bytes = l.scan_temp_bytes;
+    s->wire_room = l.wire_room;
     s->sc = (scratch *)(b + l.sc);
     /* Zero state (v = u = 0, cur = 0, nothing kept), and no bad slot yet. */
     if ((e = cudaMemsetAsync(s->block, 0, l.total, st)) != cudaSuccess ||

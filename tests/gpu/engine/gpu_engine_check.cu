@@ -2,7 +2,7 @@
  *
  *   gpu_engine_check CASE [--small]
  *     CASE: against_host half_inputs determinism bad_payloads nonfinite
- *           overflow large dense_transport compact, or all
+ *           overflow large dense_transport compact compact_fuzz, or all
  *     --small: small buffers only (for compute-sanitizer's memcheck and
  *              racecheck, which run each kernel many times slower)
  *
@@ -236,7 +236,8 @@ struct config {
     int nranks;
     int steps;
     dgc_gpu_dtype dtype;
-    int gen;             /* 0: independent log-uniform; 1: fp16-distinct; 2: shared large values; 3: ties */
+    int gen;             /* 0: independent log-uniform; 1: fp16-distinct; 2: shared large values; 3: ties;
+                          * 4: k non-zeros, index 0 tiny */
     bool exact_ties;     /* ties must match (the exact path) */
     bool misalign;       /* g and out one element past an aligned address: the element-wise pass */
     uint64_t seed;
@@ -374,6 +375,20 @@ void make_grad(const config &c, uint64_t step, int r, hbuf *g, std::vector<float
             if (R.next() & 1) x = -x;
             (*g32)[i] = x;
         }
+    } else if (c.gen == 4) {
+        /* k - 1 non-zeros at places fixed per rank (the same every step, so
+         * the residual stays on them), index 0 at 2^-41 below values of at
+         * least 2^-20: k non-zeros in all, no tie at the k-th. */
+        const uint64_t k = dgc_k_for(c.n, c.density);
+        rng place(c.seed * 31 + (uint64_t)r);
+        for (uint64_t i = 0; i < c.n; i++) (*g32)[i] = 0.0f;
+        for (uint64_t placed = 0; placed + 1 < k;) {
+            const uint64_t i = 1 + place.next() % (c.n - 1);
+            if ((*g32)[i] != 0.0f) continue;
+            (*g32)[i] = R.grad();
+            placed++;
+        }
+        (*g32)[0] = ldexpf(1.0f, -41);
     } else if (c.gen == 3) {
         /* Ties: a tenth of the elements at 1.0, one in 2000 at 2.0 (fewer
          * than k, so that t is 1.0), the rest small. */
@@ -799,11 +814,160 @@ void case_compact() {
     config c = base_config(20011, 0.01, 0.01, kVariants[1], 3, 990);
     c.vbits = 16;
     sim S(c);
-    if (S.ok && must_match(S, 0) && must_match(S, 1) && run_step(S, 2, -1, 0, true) == STEP_OK && must_match(S, 2) &&
-        must_match(S, 3))
-        steps += 4;
+    if (S.ok && must_match(S, 0) && must_match(S, 1)) {
+        if (run_step(S, 2, -1, 0, true) != STEP_OK)
+            fail("the step with a damaged payload did not go as expected (see above, or a tie: %s)", describe(c).c_str());
+        else if (must_match(S, 2) && must_match(S, 3))
+            steps += 4;
+    }
+    /* A sparse gradient, every non-zero sent (k of them), index 0's tiny
+     * enough to round to +0 under its payload's scale: a real (0, +0.0) pair
+     * first, pairs after it. */
+    c = base_config(20011, 0.01, 1.0, kVariants[0], 2, 991);
+    c.vbits = 16;
+    c.warmup = 0;
+    c.gen = 4;
+    steps += run_config(c);
     printf("%s gpu.engine.compact: %d configurations and a damaged payload, %d steps compared bit for bit\n",
            verdict(), configs + 1, steps);
+}
+
+/* A sound compact payload of m pairs below n, as an engine sends it:
+ * sorted distinct indices, values (some of them zeros, subnormals, values
+ * near fp32's top) rounded to the wire grid of their scale. */
+std::vector<uint8_t> sound_payload(rng &R, uint64_t n, uint64_t k, unsigned vb, uint64_t step,
+                                   const dgc_compact_layout &L) {
+    std::vector<uint8_t> plain(dgc_wire_bytes(k), 0);
+    const dgc_wire_header h = {DGC_WIRE_MAGIC, 0, step, n, k};
+    memcpy(plain.data(), &h, sizeof h);
+    std::vector<uint32_t> idx;
+    const uint64_t m = R.next() % (k + 1);
+    for (uint64_t j = 0; j < m; j++) idx.push_back((uint32_t)(R.next() % n));
+    std::sort(idx.begin(), idx.end());
+    idx.erase(std::unique(idx.begin(), idx.end()), idx.end());
+    std::vector<float> x(idx.size()), val(idx.size());
+    for (float &v : x) {
+        const uint64_t c = R.next() % 10;
+        v = c == 0 ? 0.0f : c == 1 ? -0.0f : c == 2 ? float_of((uint32_t)(R.next() % 0x800000u)) :
+            c == 3 ? float_of(0x7f7fffffu ^ (uint32_t)(R.next() % 4096u)) : R.grad();
+    }
+    const int e = vb == 16 ? dgc_compact_scale16(x.data(), x.size()) : 0;
+    dgc_compact_values(x.data(), x.size(), vb, e, val.data());
+    memcpy(plain.data() + sizeof h, idx.data(), 4 * idx.size());
+    memcpy(plain.data() + sizeof h + 4 * k, val.data(), 4 * val.size());
+    std::vector<uint8_t> c(L.bytes);
+    if (dgc_compact_encode(plain.data(), &L, c.data())) fail("the host encoder refused a sound payload");
+    return c;
+}
+
+/* The device's expander on damaged payloads: rank 1's (rank 0's is sound)
+ * with a few bits flipped past the header, or its count word rewritten. The
+ * device must reject exactly what dgc_compact_check rejects, never touch
+ * memory outside its buffers (compute-sanitizer's memcheck, --small), and
+ * when it accepts, give the host's sum. */
+void case_compact_fuzz() {
+    struct shape_case {
+        uint64_t n, k;
+        unsigned vb;
+    };
+    const shape_case shapes[] = {{7, 7, 32}, {1000, 10, 16}, {1000, 10, 32}, {20011, 201, 16},
+                                 {65536, 4096, 16}, {(1u << 20) + 3, 1049, 32}};
+    const int per_shape = small_mode ? 40 : 400;
+    int tried = 0, accepted = 0;
+    rng R(4242);
+    for (const shape_case &sc : shapes) {
+        dgc_gpu_shape sh;
+        memset(&sh, 0, sizeof sh);
+        sh.n = sc.n;
+        sh.k = sh.sparse_k = sc.k;
+        sh.nranks = 2;
+        sh.dtype = DGC_GPU_F32;
+        sh.value_bits = sc.vb;
+        cudaStream_t st;
+        CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        char err[256] = "";
+        dgc_gpu_state *s = dgc_gpu_state_create(&sh, (dgc_cuda_stream)st, err, sizeof err);
+        dgc_gpu_report *rep = dgc_gpu_report_create();
+        float *out = nullptr;
+        CK(cudaMalloc(&out, sc.n * sizeof(float)));
+        if (!s || !rep) {
+            fail("state for n %llu k %llu: %s", (unsigned long long)sc.n, (unsigned long long)sc.k, err);
+            return;
+        }
+        dgc_compact_layout L;
+        dgc_compact_layout_for(sc.n, sc.k, sc.vb, &L);
+        const size_t cw = dgc_gpu_wire_bytes(s, sc.k);
+        dgc_step_params p;
+        memset(&p, 0, sizeof p);
+        p.n = sc.n;
+        p.k = sc.k;
+        p.step = 1;
+        p.nranks = 2;
+        p.value_bits = sc.vb;
+        std::vector<float> got(sc.n), want(sc.n);
+        for (int t = 0; t < per_shape; t++) {
+            std::vector<uint8_t> c0 = sound_payload(R, sc.n, sc.k, sc.vb, 1, L), c1 = sound_payload(R, sc.n, sc.k, sc.vb, 1, L);
+            const uint64_t body = L.bytes - 32;
+            switch (R.next() % 3) {
+            case 0:
+            case 1:
+                for (int f = 1 + (int)(R.next() % 3); f > 0; f--) {
+                    const uint64_t bit = R.next() % (8 * body);
+                    c1[32 + bit / 8] ^= (uint8_t)(1u << (bit % 8));
+                }
+                break;
+            default: {
+                uint64_t w;
+                memcpy(&w, c1.data() + 32, 8);
+                w = (w & ~((1ull << 40) - 1)) | (R.next() % (sc.k + 2));
+                if (R.next() % 4 == 0) w |= 1ull << (40 + R.next() % 8);
+                memcpy(c1.data() + 32, &w, 8);
+            }
+            }
+            const bool host_ok = dgc_compact_check(c1.data(), &L, 1, err, sizeof err) == 0;
+            memset(rep, 0, sizeof *rep);
+            CK(cudaMemcpyAsync(dgc_gpu_wire_gathered(s), c0.data(), L.bytes, cudaMemcpyHostToDevice, st));
+            CK(cudaMemcpyAsync((char *)dgc_gpu_wire_gathered(s) + cw, c1.data(), L.bytes, cudaMemcpyHostToDevice, st));
+            CK(cudaMemsetAsync(out, 0, sc.n * sizeof(float), st));
+            if (dgc_gpu_decode(s, out, DGC_GPU_F32, &p, 0, 0, rep, (dgc_cuda_stream)st, err, sizeof err)) {
+                fail("dgc_gpu_decode: %s", err);
+                break;
+            }
+            CK(cudaMemcpyAsync(got.data(), out, sc.n * sizeof(float), cudaMemcpyDeviceToHost, st));
+            CK(cudaStreamSynchronize(st));
+            tried++;
+            const bool dev_ok = rep->bad == 0;
+            if (dev_ok != host_ok) {
+                fail("n %llu k %llu vb %u, payload %d: the host %s it (%s), the device %s it (bad %u, slot %llu, fault "
+                     "%llu)",
+                     (unsigned long long)sc.n, (unsigned long long)sc.k, sc.vb, t, host_ok ? "accepts" : "rejects",
+                     host_ok ? "" : err, dev_ok ? "accepts" : "rejects", rep->bad, (unsigned long long)rep->bad_slot,
+                     (unsigned long long)rep->bad_value);
+                break;
+            }
+            if (!host_ok) continue;
+            accepted++;
+            std::vector<uint8_t> gathered(2 * dgc_wire_bytes(sc.k));
+            if (dgc_compact_expand(c0.data(), &L, 0, gathered.data(), err, sizeof err) ||
+                dgc_compact_expand(c1.data(), &L, 1, gathered.data() + dgc_wire_bytes(sc.k), err, sizeof err) ||
+                dgc_wire_decode(gathered.data(), 2, 1, sc.n, sc.k, want.data(), err, sizeof err) != DGC_DECODE_OK) {
+                fail("host decode of accepted payloads: %s", err);
+                break;
+            }
+            if (memcmp(got.data(), want.data(), sc.n * sizeof(float)) != 0) {
+                fail("n %llu k %llu, payload %d: the device's sum differs from the host's", (unsigned long long)sc.n,
+                     (unsigned long long)sc.k, t);
+                break;
+            }
+        }
+        CK(cudaFree(out));
+        dgc_gpu_report_destroy(rep);
+        dgc_gpu_state_destroy(s);
+        CK(cudaStreamDestroy(st));
+    }
+    if (accepted == 0 || accepted == tried) fail("damage left %d of %d payloads accepted: not a test", accepted, tried);
+    printf("%s gpu.engine.compact_fuzz: %d damaged payloads (%d still sound), verdicts and sums as the host's\n",
+           verdict(), tried, accepted);
 }
 
 void case_half_inputs() {
@@ -1114,7 +1278,7 @@ const named_case kCases[] = {
     {"against_host", case_against_host}, {"half_inputs", case_half_inputs}, {"determinism", case_determinism},
     {"bad_payloads", case_bad_payloads}, {"nonfinite", case_nonfinite},     {"overflow", case_overflow},
     {"large", case_large},                   {"dense_transport", case_dense_transport},
-    {"compact", case_compact},
+    {"compact", case_compact},              {"compact_fuzz", case_compact_fuzz},
 };
 
 } // namespace
