@@ -87,15 +87,26 @@ static uint64_t pick_n(void) {
     return sizes[next() % (sizeof sizes / sizeof *sizes)];
 }
 
+/* A random case: n, k up to kmax, m pairs, value bits, the engine's
+ * payload (its scale *e) and the layout. */
+static void *random_case(uint64_t kmax, uint64_t *n, uint64_t *k, uint64_t *m, unsigned *vb, int *e,
+                         dgc_compact_layout *L) {
+    *n = pick_n();
+    *k = 1 + next() % (*n < kmax ? *n : kmax);
+    *m = next() % (*k + 1);
+    *vb = next() & 1 ? 16 : 32;
+    void *plain = engine_payload(*n, *k, m, *vb, e);
+    dgc_compact_layout_for(*n, *k, *vb, L);
+    return plain;
+}
+
 Test(compact_pieces, encode_gives_the_host_encoders_bytes) {
     for (int t = 0; t < 3000; t++) {
-        const uint64_t n = pick_n(), kmax = n < 2048 ? n : 2048, k = 1 + next() % kmax;
-        uint64_t m = next() % (k + 1);
-        const unsigned vb = next() & 1 ? 16 : 32;
+        uint64_t n, k, m;
+        unsigned vb;
         int e;
-        void *plain = engine_payload(n, k, &m, vb, &e);
         dgc_compact_layout L;
-        dgc_compact_layout_for(n, k, vb, &L);
+        void *plain = random_case(2048, &n, &k, &m, &vb, &e, &L);
         unsigned char *host = calloc(1, L.bytes);
         uint64_t *mine = calloc(1, L.bytes);
         cr_assert(host && mine);
@@ -140,13 +151,11 @@ static int agree(const uint64_t *words, const dgc_compact_layout *L, const char 
 Test(compact_pieces, expand_agrees_with_the_host_on_sound_and_damaged_payloads) {
     int accepted = 0, rejected = 0;
     for (int t = 0; t < 4000; t++) {
-        const uint64_t n = pick_n(), kmax = n < 1024 ? n : 1024, k = 1 + next() % kmax;
-        uint64_t m = next() % (k + 1);
-        const unsigned vb = next() & 1 ? 16 : 32;
+        uint64_t n, k, m;
+        unsigned vb;
         int e;
-        void *plain = engine_payload(n, k, &m, vb, &e);
         dgc_compact_layout L;
-        dgc_compact_layout_for(n, k, vb, &L);
+        void *plain = random_case(1024, &n, &k, &m, &vb, &e, &L);
         uint64_t *words = calloc(1, L.bytes);
         cr_assert(words);
         cr_assert_eq(dgc_compact_encode(plain, &L, words), 0);
