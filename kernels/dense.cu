@@ -60,21 +60,6 @@ float *vector_of(dgc_gpu_state *s, void *out, dgc_gpu_dtype dtype) {
     return dtype == DGC_GPU_F32 ? static_cast<float *>(out) : s->acc;
 }
 
-int fits(const dgc_gpu_state *s, const void *out, dgc_gpu_dtype dtype, const dgc_step_params *p, const char *what,
-         char *err, size_t errlen) {
-    const dgc_gpu_shape *sh = &s->shape;
-    if (out && sh->dense && s->spare && p->n == sh->n && p->k >= 1 && p->k <= sh->k && p->nranks == sh->nranks &&
-        (unsigned)dtype <= (unsigned)DGC_GPU_BF16 && (dtype == DGC_GPU_F32 || s->acc))
-        return 0;
-    char msg[240];
-    snprintf(msg, sizeof msg,
-             "%s: call (n %llu, k %llu, nranks %d, dtype %d) does not fit the state (n %llu, k %llu, nranks %d, "
-             "dtype %d, dense room %d)",
-             what, (unsigned long long)p->n, (unsigned long long)p->k, p->nranks, (int)dtype,
-             (unsigned long long)sh->n, (unsigned long long)sh->k, sh->nranks, (int)sh->dtype, sh->dense);
-    return fail_msg(err, errlen, msg);
-}
-
 } // namespace
 
 extern "C" int dgc_gpu_dense_view(dgc_gpu_state *s, void *out, dgc_gpu_dtype dtype, dgc_gpu_dense_vector *v) {
@@ -88,13 +73,33 @@ extern "C" int dgc_gpu_dense_view(dgc_gpu_state *s, void *out, dgc_gpu_dtype dty
     return 0;
 }
 
+namespace {
+
+/* The call's vector, when the call fits the state (n, k, nranks) and the
+ * state has its dense room (dgc_gpu_dense_view); else -1 with err. */
+int call_view(dgc_gpu_state *s, void *out, dgc_gpu_dtype dtype, const dgc_step_params *p, const char *what,
+              dgc_gpu_dense_vector *v, char *err, size_t errlen) {
+    const dgc_gpu_shape *sh = &s->shape;
+    if (p->n == sh->n && p->k >= 1 && p->k <= sh->k && p->nranks == sh->nranks &&
+        dgc_gpu_dense_view(s, out, dtype, v) == 0)
+        return 0;
+    char msg[240];
+    snprintf(msg, sizeof msg,
+             "%s: call (n %llu, k %llu, nranks %d, dtype %d) does not fit the state (n %llu, k %llu, nranks %d, "
+             "dtype %d, dense room %d)",
+             what, (unsigned long long)p->n, (unsigned long long)p->k, p->nranks, (int)dtype,
+             (unsigned long long)sh->n, (unsigned long long)sh->k, sh->nranks, (int)sh->dtype, sh->dense);
+    return fail_msg(err, errlen, msg);
+}
+
+} // namespace
+
 extern "C" int dgc_gpu_dense_scatter(dgc_gpu_state *s, void *out, dgc_gpu_dtype dtype, const dgc_step_params *p,
                                      dgc_cuda_stream stream, char *err, size_t errlen) {
     if (!s || !p) return fail_msg(err, errlen, "dgc_gpu_dense_scatter: NULL argument");
-    if (fits(s, out, dtype, p, "dgc_gpu_dense_scatter", err, errlen)) return -1;
-    cudaStream_t st = (cudaStream_t)stream;
     dgc_gpu_dense_vector v;
-    if (dgc_gpu_dense_view(s, out, dtype, &v)) return fail_msg(err, errlen, "dgc_gpu_dense_scatter: no dense room");
+    if (call_view(s, out, dtype, p, "dgc_gpu_dense_scatter", &v, err, errlen)) return -1;
+    cudaStream_t st = (cudaStream_t)stream;
     own_pairs_kernel<<<grid_for(p->k, s->sms, 8), kThreads, 0, st>>>(static_cast<const char *>(s->payload), p->k,
                                                                      v.body);
     CHECK("launching the scatter of this rank's pairs");
@@ -107,7 +112,8 @@ extern "C" int dgc_gpu_decode_dense(dgc_gpu_state *s, void *out, dgc_gpu_dtype d
                                     int compensate, int average, dgc_gpu_report *report, dgc_cuda_stream stream,
                                     char *err, size_t errlen) {
     if (!s || !p) return fail_msg(err, errlen, "dgc_gpu_decode_dense: NULL argument");
-    if (fits(s, out, dtype, p, "dgc_gpu_decode_dense", err, errlen)) return -1;
+    dgc_gpu_dense_vector v;
+    if (call_view(s, out, dtype, p, "dgc_gpu_decode_dense", &v, err, errlen)) return -1;
     const int keep = compensate && p->momentum > 0.0f;
     if (keep && !s->prev_dense) return fail_msg(err, errlen, "dgc_gpu_decode_dense: the state keeps no previous sum");
     cudaStream_t st = (cudaStream_t)stream;
@@ -116,8 +122,6 @@ extern "C" int dgc_gpu_decode_dense(dgc_gpu_state *s, void *out, dgc_gpu_dtype d
     if (e != cudaSuccess) return fail(err, errlen, "cudaHostGetDevicePointer of the report", e);
     const uint64_t n = s->shape.n;
     scratch *sc = s->sc;
-    dgc_gpu_dense_vector v;
-    if (dgc_gpu_dense_view(s, out, dtype, &v)) return fail_msg(err, errlen, "dgc_gpu_decode_dense: no dense room");
 
     decide_kernel<<<1, 1, 0, st>>>(static_cast<const char *>(s->gathered), p->nranks, p->step, n, p->k, sc, rep,
                                    s->nonfinite_dev);

@@ -163,8 +163,7 @@ static size_t sent_bytes(const dgc_nccl_call *k) {
 
 static size_t flagged_bytes(const dgc_nccl_call *k) {
     const size_t r = (size_t)k->c->nranks;
-    if (!k->dense) return sent_bytes(k) * (1 + r);
-    return sizeof(dgc_wire_header) * (1 + r) + sizeof(float) * (r + flagged_vector(k));
+    return sent_bytes(k) * (1 + r) + (k->dense ? sizeof(float) * (r + flagged_vector(k)) : 0);
 }
 
 static cudaError_t flagged_buffers(dgc_nccl_call *k) {
@@ -294,13 +293,11 @@ static void exchange(const dgc_nccl_api *api, dgc_nccl_call *k, int phase) {
     if (!collectives(k, phase)) return;
     if (k->part == DGC_NCCL_PASS) {
         note(k, api->all_reduce(k->send, k->recv, k->count, k->dtype, k->op, k->comm, k->stream));
-    } else if (!k->dense) {
-        note(k, api->all_gather(k->payload, k->gathered, sent_bytes(k), ncclUint8, k->comm, k->stream));
-    } else {
-        if (phase == 0)
-            note(k, api->all_gather(k->payload, k->gathered, sent_bytes(k), ncclUint8, k->comm, k->stream));
-        dense_sum(api, k, phase);
+        return;
     }
+    /* The payloads, or by the dense transport their headers, then its sum. */
+    if (phase == 0) note(k, api->all_gather(k->payload, k->gathered, sent_bytes(k), ncclUint8, k->comm, k->stream));
+    if (k->dense) dense_sum(api, k, phase);
 }
 
 /* The exchange did not go through: nothing is decoded, nothing committed.
