@@ -83,8 +83,9 @@ static int prepare(dgc_buffer *b, int local, const float *g, float *work, const 
                    const dgc_config *cfg) {
     if (local != DGC_PART_STATE) return local;
     size_t bytes = l->plain;
-    if (dgc_registry_reserve(b, bytes, gathered_payloads(b, p, l, cfg))) {
-        DGC_ERROR("no memory for the %zu-byte exchange buffers of a %llu-element buffer", bytes * (p->nranks + 1),
+    int gathered = gathered_payloads(b, p, l, cfg);
+    if (dgc_registry_reserve(b, bytes, gathered)) {
+        DGC_ERROR("no memory for the %zu-byte exchange buffers of a %llu-element buffer", bytes * (1 + (size_t)gathered),
                   (unsigned long long)b->count);
         return DGC_PART_FAILED;
     }

@@ -13,9 +13,14 @@ int dgc_policy_compressible(const dgc_config *cfg, uint64_t count, int nranks) {
 int dgc_policy_plan(const dgc_config *cfg, uint64_t count, uint64_t step, int nranks,
                     dgc_step_params *out) {
     uint64_t k = dgc_k_for(count, dgc_density_at(cfg->sparsity, cfg->warmup_steps, step));
-    /* The exchange counts in 8-byte words with an int count, per rank and in total. */
-    uint64_t words = dgc_wire_bytes(k) / 8;
-    if (words > (uint64_t)INT_MAX || words * (uint64_t)nranks > (uint64_t)INT_MAX) return -1;
+    /* The sparse all-gather counts the compact payloads in 8-byte words with
+     * an int count, per rank and in total. The dense transport has no such
+     * limit: it gathers the headers alone and sums the vector in pieces. */
+    dgc_transport_bytes tb;
+    if (dgc_policy_transport(cfg, count, k, nranks, &tb) == DGC_TRANSPORT_SPARSE) {
+        uint64_t words = tb.payload / 8;
+        if (words > (uint64_t)INT_MAX || words * (uint64_t)nranks > (uint64_t)INT_MAX) return -1;
+    }
     *out = (dgc_step_params){
         .n = count,
         .step = step,

@@ -19,8 +19,10 @@ extern "C" {
 int dgc_policy_compressible(const dgc_config *cfg, uint64_t count, int nranks);
 
 /* The parameters of the call at step on a count-element buffer. Returns 0, or
- * -1 when the payload would not fit one all-gather (the call passes through;
- * the decision depends on count and step only, so every rank makes it). */
+ * -1 when the call goes by the sparse all-gather and its compact payloads
+ * would not fit one (more than INT_MAX 8-byte words in all): the call passes
+ * through. The decision depends on count, step and the configuration only,
+ * so every rank makes it. */
 int dgc_policy_plan(const dgc_config *cfg, uint64_t count, uint64_t step, int nranks,
                     dgc_step_params *out);
 

@@ -125,3 +125,43 @@ Test(policy_transport, outlook_covers_every_later_step) {
                 }
             }
 }
+
+/* The plan's pass-through limit is the sparse all-gather's: its compact
+ * payloads, N of them, in at most INT_MAX 8-byte words. A call that goes by
+ * the dense transport gathers only headers and never passes through. */
+Test(policy_plan, limit_is_the_compact_all_gather) {
+    const uint64_t n = 4294967295ull;
+    static const int ranks[] = {2, 3, 4, 8, 16, 64, 512};
+    for (unsigned vb = 16; vb <= 32; vb += 16)
+        for (int t = DGC_TRANSPORT_AUTO; t <= DGC_TRANSPORT_DENSE; t++)
+            for (size_t r = 0; r < sizeof ranks / sizeof *ranks; r++)
+                for (uint64_t step = 0; step <= 5; step++) {
+                    dgc_config cfg = with_transport(t);
+                    cfg.warmup_steps = 5;
+                    cfg.value_bits = (int)vb;
+                    const int N = ranks[r];
+                    uint64_t k = dgc_k_for(n, dgc_density_at(cfg.sparsity, cfg.warmup_steps, step));
+                    int sparse = dgc_policy_transport(&cfg, n, k, N, NULL) == DGC_TRANSPORT_SPARSE;
+                    double words = compact_bytes((double)n, (double)k, vb) / 8;
+                    int fits = !sparse || words * N <= 2147483647.0;
+                    dgc_step_params p;
+                    int rc = dgc_policy_plan(&cfg, n, step, N, &p);
+                    cr_assert_eq(rc, fits ? 0 : -1, "value bits %u transport %d N %d step %llu (k %llu, %s): plan %d",
+                                 vb, t, N, (unsigned long long)step, (unsigned long long)k,
+                                 sparse ? "sparse" : "dense", rc);
+                    if (rc == 0) cr_assert(p.k == k && p.n == n && p.nranks == N && p.value_bits == vb);
+                }
+}
+
+/* The case the old limit (N plain 8-byte-a-pair payloads) passed through:
+ * 2^32-1 elements at 25% on 2 ranks fit as compact payloads. */
+Test(policy_plan, compact_payloads_fit_where_plain_ones_did_not) {
+    dgc_config cfg = with_transport(DGC_TRANSPORT_AUTO);
+    cfg.sparsity = 0.75;
+    cfg.warmup_steps = 0;
+    dgc_step_params p;
+    cr_assert_eq(dgc_policy_plan(&cfg, 4294967295ull, 0, 2, &p), 0);
+    cr_assert_gt((double)p.k * 8 * 2 / 8, 2147483647.0); /* the plain payloads would not */
+    cfg.transport = DGC_TRANSPORT_DENSE;
+    cr_assert_eq(dgc_policy_plan(&cfg, 4294967295ull, 0, 4096, &p), 0);
+}
