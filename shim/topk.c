@@ -52,16 +52,21 @@ float dgc_topk_kth_largest(float *a, size_t n, size_t kth) {
 static const int radix_shift[3] = {20, 9, 0};
 static const unsigned radix_width[3] = {11, 11, 9};
 
-/* The first digit's histogram, where every value counts. Neighbouring
- * values often share a digit, and one counter incremented again and again
- * waits on its own last store each time: four interleaved histograms of
- * 32-bit counts (32 KiB, the size of an L1 cache) keep four increments in
- * flight. Blocks of fewer than 2^32 values keep the counts exact. */
+/* One digit's histogram over the values whose digits above it match
+ * prefix (under mask; none for the first digit, where every value counts).
+ * Neighbouring values often share a digit, and one counter incremented again
+ * and again waits on its own last store each time: four interleaved
+ * histograms of 32-bit counts (32 KiB, the size of an L1 cache) keep four
+ * increments in flight. Every value adds its match (0 or 1) at its own
+ * digit, so there is no branch on the data: a branch per value mispredicted
+ * as often as a tenth of the values matched, which made the two later
+ * passes three times the first. Blocks of fewer than 2^32 values keep the
+ * counts exact. */
 #define LANES 4
 #define BLOCK ((size_t)1 << 31)
 
-static void first_digits(const float *a, size_t n, size_t *hist) {
-    const int shift = radix_shift[0];
+static void count_digits(const float *a, size_t n, int shift, uint32_t digit_mask, uint32_t mask, uint32_t prefix,
+                         size_t *hist) {
     for (size_t b0 = 0; b0 < n; b0 += BLOCK) {
         const size_t end = n - b0 < BLOCK ? n : b0 + BLOCK;
         uint32_t h[LANES][1u << RADIX_BITS] = {{0}};
@@ -69,14 +74,18 @@ static void first_digits(const float *a, size_t n, size_t *hist) {
         for (; i + LANES <= end; i += LANES) {
             uint32_t b[LANES];
             memcpy(b, &a[i], sizeof b);
-            for (int l = 0; l < LANES; l++) h[l][(b[l] & 0x7fffffffu) >> shift]++;
+            for (int l = 0; l < LANES; l++) {
+                const uint32_t x = b[l] & 0x7fffffffu;
+                h[l][(x >> shift) & digit_mask] += (x & mask) == prefix;
+            }
         }
         for (; i < end; i++) {
-            uint32_t b;
-            memcpy(&b, &a[i], sizeof b);
-            h[0][(b & 0x7fffffffu) >> shift]++;
+            uint32_t x;
+            memcpy(&x, &a[i], sizeof x);
+            x &= 0x7fffffffu;
+            h[0][(x >> shift) & digit_mask] += (x & mask) == prefix;
         }
-        for (unsigned d = 0; d < (1u << RADIX_BITS); d++)
+        for (unsigned d = 0; d <= digit_mask; d++)
             for (int l = 0; l < LANES; l++) hist[d] += h[l][d];
     }
 }
@@ -88,15 +97,7 @@ float dgc_topk_kth_largest_abs(const float *a, size_t n, size_t kth, size_t *abo
         const int shift = radix_shift[pass];
         const uint32_t digit_mask = (UINT32_C(1) << radix_width[pass]) - 1u;
         size_t hist[1u << RADIX_BITS] = {0};
-        if (pass == 0)
-            first_digits(a, n, hist);
-        else
-            for (size_t i = 0; i < n; i++) {
-                uint32_t b;
-                memcpy(&b, &a[i], sizeof b);
-                b &= 0x7fffffffu;
-                if ((b & mask) == prefix) hist[(b >> shift) & digit_mask]++;
-            }
+        count_digits(a, n, shift, digit_mask, mask, prefix, hist);
         uint32_t d = digit_mask;
         while (want >= hist[d]) { /* from the largest digit down */
             want -= hist[d];
