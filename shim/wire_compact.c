@@ -665,12 +665,27 @@ static uint64_t last_set_bit(const unsigned char *area, uint64_t words) {
  * bits a slot that chain was most of an expansion's time. A load may run
  * past the low area's end into the value area's first word (which exists:
  * k >= 1): inside the payload, and shifted or masked off. */
+static uint32_t low_slot(const unsigned char *low, uint64_t j, unsigned lb, uint64_t mask) {
+    const uint64_t bit = j * lb;
+    return (uint32_t)((load64(low + (bit >> 3)) >> (bit & 7u)) & mask);
+}
+
+/* Up to 8 bits a slot (the warm-up densities, 1/256 and up), eight slots
+ * from a multiple of 8 on fill exactly lb bytes: one load serves all eight,
+ * each then a shift by a multiple of lb, independent of the others. The
+ * load starts no later than the eighth slot's own would, so it reads no
+ * further. */
 static void unpack_lows(const unsigned char *low, uint64_t j, uint64_t m, unsigned lb, uint32_t *out) {
     const uint64_t mask = (UINT64_C(1) << lb) - 1u;
-    for (uint64_t t = 0; t < m; t++) {
-        const uint64_t bit = (j + t) * lb;
-        out[t] = (uint32_t)((load64(low + (bit >> 3)) >> (bit & 7u)) & mask);
+    uint64_t t = 0;
+    if (lb <= 8) {
+        for (; t < m && ((j + t) & 7u); t++) out[t] = low_slot(low, j + t, lb, mask);
+        for (; t + 8 <= m; t += 8) {
+            const uint64_t w = load64(low + (((j + t) * lb) >> 3));
+            for (unsigned q = 0; q < 8; q++) out[t + q] = (uint32_t)((w >> (q * lb)) & mask);
+        }
     }
+    for (; t < m; t++) out[t] = low_slot(low, j + t, lb, mask);
 }
 
 /* Pairs [j, j + m) from their high parts: index high << lb | low slot into
