@@ -232,23 +232,6 @@ static int dense_transport_path(dgc_comm *c, dgc_buffer *b, float *work, const d
     return MPI_SUCCESS;
 }
 
-/* Sums the received compact payloads into out (zeroed by the compression),
- * after checking their headers as the first round's were. A bad payload
- * leaves out as zero again: what the caller hands back with the error. */
-static dgc_decode_result sum_payloads(const char *received, const dgc_step_params *p, const layout *l, float *out,
-                                      char *err, size_t errlen) {
-    int nonfinite = 0;
-    if (dgc_wire_check_headers(received, l->bytes, p->nranks, p->step, p->n, p->k, &nonfinite, err, errlen))
-        return DGC_DECODE_BAD;
-    if (nonfinite) {
-        fill_nan(out, p->n);
-        return DGC_DECODE_NONFINITE;
-    }
-    if (dgc_compact_add(received, l->bytes, p->nranks, &l->code, 1.0f, out, err, errlen) == 0) return DGC_DECODE_OK;
-    memset(out, 0, (size_t)p->n * sizeof *out);
-    return DGC_DECODE_BAD;
-}
-
 /* All ranks took part with state: the payloads if only the headers came yet,
  * then sum and commit. */
 static int sparse_path(dgc_buffer *b, float *work, const dgc_step_params *p, const layout *l, MPI_Comm comm,
@@ -264,7 +247,11 @@ static int sparse_path(dgc_buffer *b, float *work, const dgc_step_params *p, con
     }
     double t0 = now();
     char err[256];
-    dgc_decode_result r = sum_payloads(received, p, l, work, err, sizeof err);
+    /* Checked as the first round's headers were, then summed (work was
+     * zeroed by the compression; a bad payload leaves it zero again: what the
+     * caller hands back with the error). */
+    dgc_decode_result r = (dgc_decode_result)dgc_compact_decode(received, p->nranks, p->step, &l->code, work, err,
+                                                                sizeof err);
     if (r == DGC_DECODE_OK) {
         dgc_commit(b->state, p);
         compensate(b, work, p, l, cfg);

@@ -10,6 +10,7 @@
  * every rank adds into it, and each element still receives its ranks' terms
  * in rank order, the order that makes every rank's sum the same bytes. */
 #include <stdio.h>
+#include <string.h>
 
 #include "dgcshim/wire.h"
 #include "dgcshim/wire_compact.h"
@@ -81,4 +82,20 @@ int dgc_compact_add(const void *base, size_t stride, int nranks, const dgc_compa
         return -1;
     }
     return 0;
+}
+
+int dgc_compact_decode(const void *gathered, int nranks, uint64_t step, const dgc_compact_layout *L, float *out,
+                       char *err, size_t errlen) {
+    const unsigned char *g = gathered;
+    int nonfinite = 0;
+    if (dgc_wire_check_headers(g, L->bytes, nranks, step, L->n, L->k, &nonfinite, err, errlen)) return DGC_DECODE_BAD;
+    if (nonfinite) { /* rare: nothing is summed, but a damaged payload must still be found */
+        for (int r = 0; r < nranks; r++)
+            if (dgc_compact_check(g + (size_t)r * L->bytes, L, r, err, errlen)) return DGC_DECODE_BAD;
+        for (uint64_t i = 0; i < L->n; i++) out[i] = __builtin_nanf("");
+        return DGC_DECODE_NONFINITE;
+    }
+    if (dgc_compact_add(g, L->bytes, nranks, L, 1.0f, out, err, errlen) == 0) return DGC_DECODE_OK;
+    memset(out, 0, (size_t)L->n * sizeof *out);
+    return DGC_DECODE_BAD;
 }

@@ -114,6 +114,17 @@ int dgc_compact_check(const void *compact, const dgc_compact_layout *L, int rank
 int dgc_compact_add(const void *base, size_t stride, int nranks, const dgc_compact_layout *L, float scale,
                     float *out, char *err, size_t errlen);
 
+/* The sum of one exchange's gathered compact payloads (L->bytes apart) into
+ * out (L->n floats, zeroed by the caller), with every check a reader makes
+ * and in the order the plain dgc_wire_decode and the CUDA decode make them:
+ * the headers (step, n = L->n, k = L->k, flags: dgc_wire_check_headers),
+ * then every payload, and only then a DGC_WIRE_NONFINITE flag, which makes
+ * out all NaN. So a damaged payload is DGC_DECODE_BAD even when another
+ * rank was non-finite. DGC_DECODE_BAD leaves out zero, with err naming the
+ * lowest bad rank's fault. The return type is dgc_decode_result (wire.h). */
+int dgc_compact_decode(const void *gathered, int nranks, uint64_t step, const dgc_compact_layout *L, float *out,
+                       char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1436,3 +1436,61 @@ Test(compact_add, names_the_lowest_bad_rank_and_stays_inside_its_output) {
         free(plain);
     }
 }
+
+/* One exchange's decode (the MPI path's): the headers, then every payload,
+ * and only then a non-finite flag, the order of dgc_wire_decode and the CUDA
+ * decode. A damaged payload is an error even beside a non-finite rank. */
+Test(compact_decode, checks_every_payload_before_a_nonfinite_flag) {
+    static const uint64_t n = 70001, k = 17500;
+    for (unsigned vb = 16; vb <= 32; vb += 16) {
+        dgc_compact_layout L;
+        unsigned char *gathered;
+        char *plain;
+        gathered_pair(n, k, vb, 3, &gathered, &plain, &L);
+        float *out = calloc(n, sizeof *out), *want = calloc(n, sizeof *want);
+        cr_assert(out && want);
+        char err[256] = "", want_err[256] = "";
+
+        /* Sound: the sum, as dgc_compact_add makes it. */
+        cr_assert_eq(dgc_compact_add(gathered, L.bytes, 3, &L, 1.0f, want, err, sizeof err), 0);
+        cr_assert_eq(dgc_compact_decode(gathered, 3, 42, &L, out, err, sizeof err), DGC_DECODE_OK, "%s", err);
+        cr_assert(memcmp(out, want, n * sizeof *out) == 0, "vb %u: the sum differs", vb);
+
+        /* A wrong step: the header's fault, out zero again. */
+        cr_assert_eq(dgc_compact_decode(gathered, 3, 41, &L, out, err, sizeof err), DGC_DECODE_BAD);
+        cr_assert(strstr(err, "rank 0") && strstr(err, "step"), "vb %u: %s", vb, err);
+
+        /* Rank 0 non-finite, as the engine sends it: the flag, no pairs. */
+        char *p0 = plain_new(n, k, 0, NULL, NULL);
+        dgc_wire_header h;
+        memcpy(&h, p0, sizeof h);
+        h.flags = DGC_WIRE_NONFINITE;
+        memcpy(p0, &h, sizeof h);
+        cr_assert_eq(dgc_compact_encode(p0, &L, gathered), 0);
+        memset(out, 0, n * sizeof *out);
+        cr_assert_eq(dgc_compact_decode(gathered, 3, 42, &L, out, err, sizeof err), DGC_DECODE_NONFINITE, "%s", err);
+        for (uint64_t i = 0; i < n; i++) cr_assert(isnan(out[i]), "vb %u: element %llu is not NaN", vb,
+                                                   (unsigned long long)i);
+
+        /* Rank 2 damaged beside it (its last upper bit moved past the last
+         * high part): the payload's fault, named as dgc_compact_check names
+         * it, and out zero. */
+        ref_layout r = ref_layout_for(n, k, vb);
+        unsigned char *up2 = gathered + 2 * L.bytes + r.upper;
+        uint64_t last = L.upper_bits;
+        while (!get_bit(up2, --last)) {}
+        put_bit(up2, last, 0);
+        put_bit(up2, L.upper_bits - 1, 1);
+        cr_assert_eq(dgc_compact_check(gathered + 2 * L.bytes, &L, 2, want_err, sizeof want_err), -1);
+        memset(out, 0, n * sizeof *out);
+        cr_assert_eq(dgc_compact_decode(gathered, 3, 42, &L, out, err, sizeof err), DGC_DECODE_BAD);
+        cr_assert_str_eq(err, want_err);
+        for (uint64_t i = 0; i < n; i++) cr_assert(out[i] == 0.0f, "vb %u: element %llu written", vb,
+                                                   (unsigned long long)i);
+        free(p0);
+        free(out);
+        free(want);
+        free(gathered);
+        free(plain);
+    }
+}
