@@ -212,7 +212,7 @@ static void prepare(dgc_nccl_call *k, const dgc_config *cfg) {
      * earlier call of ours (already handled: an allocation refused) must not
      * read as this call's. Sticky errors stay whatever is done here. */
     (void)cudaGetLastError();
-    k->b = NULL;
+    k->b = k->clash = NULL;
     k->payload = k->gathered = k->xbuf = NULL;
     k->vec = (dgc_gpu_dense_vector){0};
     k->dense = 0;
@@ -396,10 +396,21 @@ static void exchange_phase(const dgc_nccl_api *api, dgc_nccl_call *k, int n, int
     }
 }
 
+/* Call i found its buffer's state held by an earlier call of this run (the
+ * same buffer twice): that call takes part flagged too, before anything is
+ * exchanged, so neither commits. Its payload is already in the state's
+ * buffers, which the flag overwrites; a call whose compression failed takes
+ * the same way. Every rank learns it from the headers. */
+static void fail_clashing(dgc_nccl_call *k, int i) {
+    for (int j = 0; j < i; j++)
+        if (k[j].b == k[i].clash && k[j].part == DGC_NCCL_STATE) take_part_flagged(&k[j]);
+}
+
 ncclResult_t dgc_nccl_run(const dgc_nccl_api *api, dgc_nccl_call *k, int n, const dgc_config *cfg) {
     for (int i = 0; i < n; i++) {
         if (dgc_device_switch(dgc_nccl_ext(k[i].c)->device) == 0) {
             prepare(&k[i], cfg);
+            if (k[i].clash) fail_clashing(k, i);
         } else {
             k[i].b = NULL;
             k[i].xbuf = NULL;

@@ -195,6 +195,7 @@ struct dgc_nccl_call {
     int dense;            /* the pairs go by the dense transport (dgc_policy_transport) */
     dgc_transport_bytes tb; /* what a rank sends either way */
     dgc_buffer *b;        /* DGC_NCCL_STATE */
+    dgc_buffer *clash;    /* the state an earlier call of the same run holds (the same buffer twice), or NULL */
     void *payload, *gathered; /* this rank's payload and every rank's (dense: their headers) */
     dgc_gpu_dense_vector vec; /* dense: where the dense sum runs */
     void *xbuf;           /* exchange memory of a flagged call, or NULL */

@@ -114,10 +114,13 @@ dgc_buffer *dgc_nccl_state_get(dgc_nccl_call *k, const dgc_config *cfg) {
     dgc_buffer *b = dgc_registry_find(c, key, k->recv, k->count);
     if (b && b->pinned) {
         /* The same buffer twice among the calls of one group: its payload
-         * cannot serve both. */
-        DGC_ERROR("a %llu-element buffer at %p is all-reduced twice in one NCCL group: the second call fails "
-                  "(output NaN on every rank, ncclSystemError later)",
+         * cannot serve both, and one call's output is the other's. The run
+         * fails both (dgc_nccl_run), so that neither commits a step whose
+         * output the other overwrites. */
+        DGC_ERROR("a %llu-element buffer at %p is all-reduced twice in one NCCL group: both calls fail "
+                  "(output NaN on every rank, the state unchanged, ncclSystemError later)",
                   (unsigned long long)k->count, k->recv);
+        k->clash = b;
         return NULL;
     }
     if (b && !fits(dgc_gpu_state_shape(b->gpu), &want)) { /* the same memory, now another type or size */

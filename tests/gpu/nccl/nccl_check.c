@@ -879,6 +879,57 @@ static void case_nonblocking(void) {
     NCCL_OK(ncclCommDestroy(comm));
 }
 
+/* The same buffer all-reduced twice in one group: one call's output is the
+ * other's input, so both fail on every rank (output NaN) and neither
+ * changes the state. The next call returns ncclSystemError (the device's
+ * report); then the residual left by step 0 drains exactly as if the group
+ * had never run: had the first call committed, its sent pairs would be
+ * missing from the residual. */
+static void case_clash(void) {
+    ncclComm_t comm = make_comm(1);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    const long n = 20001;
+    const size_t bytes = (size_t)n * sizeof(float);
+    dgc_ref R = ref_new(n, 0.99);
+    float *g = malloc(bytes), *out = malloc(bytes), *want = malloc(bytes);
+    if (!g || !out || !want) fail("no host memory");
+    float *buf = dev_alloc(bytes);
+    fill(g, rank, 950, 0, n);
+    upload(buf, g, bytes);
+    NCCL_OK(ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, comm, s));
+    download(out, buf, bytes, s);
+    ref_step(&R, 950, 0, 1, want);
+    expect_equal(out, want, n, "step 0, before the group");
+
+    fill(g, rank, 950, 1, n);
+    upload(buf, g, bytes);
+    NCCL_OK(ncclGroupStart());
+    NCCL_OK(ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, comm, s));
+    NCCL_OK(ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, comm, s));
+    NCCL_OK(ncclGroupEnd());
+    download(out, buf, bytes, s);
+    for (long i = 0; i < n; i++)
+        if (!isnan(out[i])) fail("the group: element %ld is %.9g, want NaN (the same buffer twice)", i, out[i]);
+    check_identical(out, bytes, "the group");
+
+    for (long step = 1; step <= 4; step++) { /* zero gradients: the residual of step 0 drains */
+        memset(g, 0, bytes);
+        upload(buf, g, bytes);
+        ncclResult_t r = ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, comm, s);
+        ncclResult_t want_rc = step == 1 ? ncclSystemError : ncclSuccess;
+        if (r != want_rc) fail("drain call %ld returned %d, want %d", step, (int)r, (int)want_rc);
+        download(out, buf, bytes, s);
+        ref_step(&R, 950, step, 1, want);
+        char what[64];
+        snprintf(what, sizeof what, "drain call %ld after the group", step);
+        expect_equal(out, want, n, what);
+        check_identical(out, bytes, what);
+    }
+    CUDA_OK(cudaFree(buf));
+    NCCL_OK(ncclCommDestroy(comm));
+}
+
 /* ---- the table ---- */
 
 typedef struct {
@@ -923,6 +974,8 @@ static const test_case cases[] = {
     /* fp32 values in the compact payload (the others send the default
      * 16-bit ones, which the reference rounds). */
     {"two_ranks_sparse_fp32", case_sparse, {SPARSE, "DGC_VALUE_BITS=32", "DGC_STATS=1"}, NULL},
+    {"same_buffer_twice", case_clash, {SPARSE, "DGC_STATS=1"}, NULL},
+    {"dense_same_buffer_twice", case_clash, {SPARSE, DENSE, "DGC_STATS=1"}, NULL},
 };
 
 static void set_env(const char *assignment) {
