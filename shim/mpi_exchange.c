@@ -85,8 +85,8 @@ static int prepare(dgc_buffer *b, int local, const float *g, float *work, const 
     size_t bytes = l->plain;
     int gathered = gathered_payloads(b, p, l, cfg);
     if (dgc_registry_reserve(b, bytes, gathered)) {
-        DGC_ERROR("no memory for the %zu-byte exchange buffers of a %llu-element buffer", bytes * (1 + (size_t)gathered),
-                  (unsigned long long)b->count);
+        DGC_ERROR("no memory for the %zu-byte exchange buffers of a %llu-element buffer",
+                  bytes * (1 + (size_t)gathered), (unsigned long long)b->count);
         return DGC_PART_FAILED;
     }
     int rc = dgc_compress_zeroing(b->state, g, p, b->payload, work);
@@ -250,8 +250,7 @@ static int sparse_path(dgc_buffer *b, float *work, const dgc_step_params *p, con
     /* Checked as the first round's headers were, then summed (work was
      * zeroed by the compression; a bad payload leaves it zero again: what the
      * caller hands back with the error). */
-    dgc_decode_result r = (dgc_decode_result)dgc_compact_decode(received, p->nranks, p->step, &l->code, work, err,
-                                                                sizeof err);
+    dgc_decode_result r = dgc_compact_decode(received, p->nranks, p->step, &l->code, work, err, sizeof err);
     if (r == DGC_DECODE_OK) {
         dgc_commit(b->state, p);
         compensate(b, work, p, l, cfg);

@@ -657,6 +657,11 @@ static uint64_t last_set_bit(const unsigned char *area, uint64_t words) {
     return UINT64_MAX;
 }
 
+static uint32_t low_slot(const unsigned char *low, uint64_t j, unsigned lb, uint64_t mask) {
+    const uint64_t bit = j * lb;
+    return (uint32_t)((load64(low + (bit >> 3)) >> (bit & 7u)) & mask);
+}
+
 /* Low slots [j, j + m) of lb bits (1..32) into out. Slot j is bits
  * [j*lb, j*lb + lb) of the area: a 64-bit load from its first byte holds it
  * (it starts at most 7 bits in). Each slot is its own load, shift and mask,
@@ -664,17 +669,11 @@ static uint64_t last_set_bit(const unsigned char *area, uint64_t words) {
  * down slot by slot chained every slot on the one before, and at 1 to 3
  * bits a slot that chain was most of an expansion's time. A load may run
  * past the low area's end into the value area's first word (which exists:
- * k >= 1): inside the payload, and shifted or masked off. */
-static uint32_t low_slot(const unsigned char *low, uint64_t j, unsigned lb, uint64_t mask) {
-    const uint64_t bit = j * lb;
-    return (uint32_t)((load64(low + (bit >> 3)) >> (bit & 7u)) & mask);
-}
-
-/* Up to 8 bits a slot (the warm-up densities, 1/256 and up), eight slots
- * from a multiple of 8 on fill exactly lb bytes: one load serves all eight,
- * each then a shift by a multiple of lb, independent of the others. The
- * load starts no later than the eighth slot's own would, so it reads no
- * further. */
+ * k >= 1): inside the payload, and shifted or masked off. With up to 8
+ * bits a slot (the warm-up densities, 1/256 and up), eight slots from a
+ * multiple of 8 on fill exactly lb bytes: one load serves all eight, each
+ * then a shift by a multiple of lb, independent of the others; that load
+ * starts no later than the eighth slot's own would, so it reads no further. */
 static void unpack_lows(const unsigned char *low, uint64_t j, uint64_t m, unsigned lb, uint32_t *out) {
     const uint64_t mask = (UINT64_C(1) << lb) - 1u;
     uint64_t t = 0;

@@ -84,8 +84,8 @@ int dgc_compact_add(const void *base, size_t stride, int nranks, const dgc_compa
     return 0;
 }
 
-int dgc_compact_decode(const void *gathered, int nranks, uint64_t step, const dgc_compact_layout *L, float *out,
-                       char *err, size_t errlen) {
+dgc_decode_result dgc_compact_decode(const void *gathered, int nranks, uint64_t step, const dgc_compact_layout *L,
+                                     float *out, char *err, size_t errlen) {
     const unsigned char *g = gathered;
     int nonfinite = 0;
     if (dgc_wire_check_headers(g, L->bytes, nranks, step, L->n, L->k, &nonfinite, err, errlen)) return DGC_DECODE_BAD;

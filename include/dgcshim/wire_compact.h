@@ -27,6 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dgcshim/wire.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -121,9 +123,9 @@ int dgc_compact_add(const void *base, size_t stride, int nranks, const dgc_compa
  * then every payload, and only then a DGC_WIRE_NONFINITE flag, which makes
  * out all NaN. So a damaged payload is DGC_DECODE_BAD even when another
  * rank was non-finite. DGC_DECODE_BAD leaves out zero, with err naming the
- * lowest bad rank's fault. The return type is dgc_decode_result (wire.h). */
-int dgc_compact_decode(const void *gathered, int nranks, uint64_t step, const dgc_compact_layout *L, float *out,
-                       char *err, size_t errlen);
+ * lowest bad rank's fault. */
+dgc_decode_result dgc_compact_decode(const void *gathered, int nranks, uint64_t step, const dgc_compact_layout *L,
+                                     float *out, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }
