@@ -1398,6 +1398,16 @@ Test(compact_add, equals_expanding_then_adding_rank_by_rank) {
             }
 }
 
+/* Damages one compact payload: its last upper bit moved past the last
+ * high part, which gives its last pair an index at or past n. */
+static void push_last_index_past_n(unsigned char *compact, const dgc_compact_layout *L, const ref_layout *r) {
+    unsigned char *up = compact + r->upper;
+    uint64_t last = L->upper_bits;
+    while (!get_bit(up, --last)) {}
+    put_bit(up, last, 0);
+    put_bit(up, L->upper_bits - 1, 1);
+}
+
 Test(compact_add, names_the_lowest_bad_rank_and_stays_inside_its_output) {
     static const uint64_t n = 70001, k = 17500;
     for (unsigned vb = 16; vb <= 32; vb += 16) {
@@ -1406,13 +1416,9 @@ Test(compact_add, names_the_lowest_bad_rank_and_stays_inside_its_output) {
         char *plain;
         gathered_pair(n, k, vb, 11, &gathered, &plain, &L);
         ref_layout r = ref_layout_for(n, k, vb);
-        /* Rank 9 (in the second group of eight): its last upper bit moved past
-         * the last high part, an index at or past n. Rank 10: a NaN value. */
-        unsigned char *up9 = gathered + 9 * L.bytes + r.upper;
-        uint64_t last = L.upper_bits;
-        while (!get_bit(up9, --last)) {}
-        put_bit(up9, last, 0);
-        put_bit(up9, L.upper_bits - 1, 1);
+        /* Rank 9 (in the second group of eight): an index at or past n. Rank
+         * 10: a NaN value. */
+        push_last_index_past_n(gathered + 9 * L.bytes, &L, &r);
         put_field(gathered + 10 * L.bytes + r.values, 5 * vb, vb, vb == 16 ? 0x7e00u : 0x7fc00000u);
         float *mem = malloc((n + 2 * GUARD) * sizeof *mem);
         cr_assert_not_null(mem);
@@ -1476,11 +1482,7 @@ Test(compact_decode, checks_every_payload_before_a_nonfinite_flag) {
          * high part): the payload's fault, named as dgc_compact_check names
          * it, and out zero. */
         ref_layout r = ref_layout_for(n, k, vb);
-        unsigned char *up2 = gathered + 2 * L.bytes + r.upper;
-        uint64_t last = L.upper_bits;
-        while (!get_bit(up2, --last)) {}
-        put_bit(up2, last, 0);
-        put_bit(up2, L.upper_bits - 1, 1);
+        push_last_index_past_n(gathered + 2 * L.bytes, &L, &r);
         cr_assert_eq(dgc_compact_check(gathered + 2 * L.bytes, &L, 2, want_err, sizeof want_err), -1);
         memset(out, 0, n * sizeof *out);
         cr_assert_eq(dgc_compact_decode(gathered, 3, 42, &L, out, err, sizeof err), DGC_DECODE_BAD);
