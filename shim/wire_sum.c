@@ -68,6 +68,15 @@ static int add_ranks(const unsigned char *base, size_t stride, int first, int m,
     return bad ? -1 : 0;
 }
 
+/* The exact checks of every rank's payload, in rank order: -1 with err
+ * naming the lowest bad rank's first fault, else 0. */
+static int check_ranks(const unsigned char *base, size_t stride, int nranks, const dgc_compact_layout *L, char *err,
+                       size_t errlen) {
+    for (int r = 0; r < nranks; r++)
+        if (dgc_compact_check(base + (size_t)r * stride, L, r, err, errlen)) return -1;
+    return 0;
+}
+
 int dgc_compact_add(const void *base, size_t stride, int nranks, const dgc_compact_layout *L, float scale,
                     float *out, char *err, size_t errlen) {
     const unsigned char *b = base;
@@ -75,8 +84,7 @@ int dgc_compact_add(const void *base, size_t stride, int nranks, const dgc_compa
         const int m = nranks - first < RANKS_AT_ONCE ? nranks - first : RANKS_AT_ONCE;
         if (add_ranks(b, stride, first, m, L, scale, out) == 0) continue;
         /* The walk only says whether: the exact checks say what, rank by rank. */
-        for (int r = 0; r < nranks; r++)
-            if (dgc_compact_check(b + (size_t)r * stride, L, r, err, errlen)) return -1;
+        if (check_ranks(b, stride, nranks, L, err, errlen)) return -1;
         snprintf(err, errlen, "the compact payloads of ranks %d to %d failed the walk but pass the checks: a bug",
                  first, first + m - 1);
         return -1;
@@ -90,8 +98,7 @@ dgc_decode_result dgc_compact_decode(const void *gathered, int nranks, uint64_t 
     int nonfinite = 0;
     if (dgc_wire_check_headers(g, L->bytes, nranks, step, L->n, L->k, &nonfinite, err, errlen)) return DGC_DECODE_BAD;
     if (nonfinite) { /* rare: nothing is summed, but a damaged payload must still be found */
-        for (int r = 0; r < nranks; r++)
-            if (dgc_compact_check(g + (size_t)r * L->bytes, L, r, err, errlen)) return DGC_DECODE_BAD;
+        if (check_ranks(g, L->bytes, nranks, L, err, errlen)) return DGC_DECODE_BAD;
         for (uint64_t i = 0; i < L->n; i++) out[i] = __builtin_nanf("");
         return DGC_DECODE_NONFINITE;
     }
