@@ -254,10 +254,24 @@ __global__ void flag_only_kernel(void *payload, uint32_t flags, uint64_t step, u
 }
 
 /* A rank without state: the headers only (its own carries only flags; the
- * others' slots are not its business), then the step fails everywhere. */
-__global__ void stateless_kernel(const char *gathered, size_t stride, int nranks, uint64_t step, uint64_t n,
-                                 uint64_t k, dgc_gpu_report *rep) {
-    (void)decide_from_headers(gathered, stride, nranks, step, n, k, rep, nullptr);
+ * others' slots are not its business), then out as the ranks with state
+ * leave theirs, so that all ranks agree (invariant 3): zero when a header
+ * is bad (they add nothing), else NaN (the step fails everywhere). Every
+ * block decides from the same headers, so no block waits for another;
+ * block 0 alone writes the report. */
+template <int DT>
+__global__ void __launch_bounds__(kThreads) stateless_kernel(const char *gathered, size_t stride, int nranks,
+                                                             uint64_t step, uint64_t n, uint64_t k,
+                                                             dgc_gpu_report *rep, void *out) {
+    __shared__ int mode;
+    if (threadIdx.x == 0)
+        mode = decide_from_headers(gathered, stride, nranks, step, n, k, blockIdx.x == 0 ? rep : nullptr, nullptr);
+    __syncthreads();
+    const bool zero = mode == DEC_BAD;
+    for (uint64_t i = blockIdx.x * (uint64_t)kThreads + threadIdx.x; i < n; i += (uint64_t)gridDim.x * kThreads) {
+        if (zero) elem<DT>::store(out, i, 0.0f);
+        else elem<DT>::store_nan(out, i);
+    }
 }
 
 int multiprocessors(void) {
@@ -395,10 +409,19 @@ extern "C" int dgc_gpu_decode_stateless(const void *gathered, size_t stride, voi
     cudaError_t e;
     dgc_gpu_report *rep = device_report(report, &e);
     if (e != cudaSuccess) return fail(nullptr, 0, "cudaHostGetDevicePointer of the report", e);
-    stateless_kernel<<<1, 1, 0, st>>>(static_cast<const char *>(gathered), stride, p->nranks, p->step, p->n, p->k,
-                                      rep);
-    if ((e = cudaGetLastError()) != cudaSuccess) return fail(nullptr, 0, "launching the stateless check", e);
-    if ((e = nan_launch(out, dtype, p->n, nullptr, multiprocessors(), st)) != cudaSuccess)
-        return fail(nullptr, 0, "launching the NaN fill", e);
+    const char *h = static_cast<const char *>(gathered);
+    const unsigned int grid = grid_for(p->n, multiprocessors(), 8);
+    switch (dtype) {
+    case DGC_GPU_F16:
+        stateless_kernel<DGC_GPU_F16><<<grid, kThreads, 0, st>>>(h, stride, p->nranks, p->step, p->n, p->k, rep, out);
+        break;
+    case DGC_GPU_BF16:
+        stateless_kernel<DGC_GPU_BF16><<<grid, kThreads, 0, st>>>(h, stride, p->nranks, p->step, p->n, p->k, rep, out);
+        break;
+    default:
+        stateless_kernel<DGC_GPU_F32><<<grid, kThreads, 0, st>>>(h, stride, p->nranks, p->step, p->n, p->k, rep, out);
+        break;
+    }
+    if ((e = cudaGetLastError()) != cudaSuccess) return fail(nullptr, 0, "launching the stateless decode", e);
     return 0;
 }

@@ -227,10 +227,10 @@ int dgc_gpu_decode_dense(dgc_gpu_state *s, void *out, dgc_gpu_dtype dtype, const
  * for dgc_wire_bytes(p->k)), and, after the all-gather, checks the nranks
  * headers in gathered (stride bytes apart: dgc_wire_bytes(p->k) after the
  * payloads' all-gather, 32 after the dense transport's headers) and sets
- * out to NaN (the step fails on every rank; the report's failed counter
- * advances, or report->bad is set when some header is bad; out is NaN
- * either way). Payload and gathered here are the front end's own exchange
- * buffers. */
+ * out as the ranks with state set theirs: NaN, the step failed on every
+ * rank (the report's failed counter advances), or zero when some header is
+ * bad (report->bad is set). Payload and gathered here are the front end's
+ * own exchange buffers. */
 int dgc_gpu_flag_only(void *payload, uint32_t flags, const dgc_step_params *p, dgc_cuda_stream stream);
 int dgc_gpu_decode_stateless(const void *gathered, size_t stride, void *out, dgc_gpu_dtype dtype,
                              const dgc_step_params *p, dgc_gpu_report *report, dgc_cuda_stream stream);

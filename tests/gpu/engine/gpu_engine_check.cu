@@ -1167,9 +1167,80 @@ void case_bad_payloads() {
            sizeof cases / sizeof cases[0]);
 }
 
+/* Step `step` with rank 1 taking part without state (a flag-only header,
+ * garbage slots), rank 0 with its state; bad_header: rank 0's header
+ * damaged too (its magic), in every rank's gathered copy. Every rank's
+ * output must be what the ranks with state give (NaN for the failed rank;
+ * zero for a bad header, which no rank adds past), the report must say
+ * which, and rank 0's state must not change. */
+void stateless_step(sim &S, uint64_t step, bool bad_header) {
+    const config &c = S.c;
+    const dgc_gpu_dtype t = c.dtype;
+    const uint64_t n = c.n, k = k_at(c, step);
+    const dgc_step_params p = S.params(step, k);
+    const size_t wb = dgc_wire_bytes(k);
+    const char *what = bad_header ? "failed rank beside a bad header" : "failed rank";
+    char err[256];
+    const unsigned long long failed0 = S.rep[0]->failed, dropped0 = dgc_gpu_state_nonfinite(S.gs[0]);
+    std::vector<float> v0(n), u0(n), v1(n), u1(n);
+    if (dgc_gpu_state_read(S.gs[0], v0.data(), u0.data())) fail("state read: %s", dgc_gpu_last_error());
+    hbuf g(n, c.dtype);
+    std::vector<float> g32;
+    make_grad(c, step, 0, &g, &g32);
+    CK(cudaMemcpyAsync(S.dg[0], g.b.data(), g.b.size(), cudaMemcpyHostToDevice, S.st));
+    if (dgc_gpu_compress(S.gs[0], S.dg[0], S.dout[0], c.dtype, &p, (dgc_cuda_stream)S.st, err, sizeof err))
+        fail("dgc_gpu_compress: %s", err);
+    void *own = nullptr, *gth = nullptr;
+    CK(cudaMalloc(&own, wb));
+    CK(cudaMalloc(&gth, 2 * wb));
+    CK(cudaMemsetAsync(own, 0xab, wb, S.st)); /* garbage slots: only the header counts */
+    if (dgc_gpu_flag_only(own, DGC_WIRE_FAILED, &p, (dgc_cuda_stream)S.st)) fail("dgc_gpu_flag_only failed");
+    CK(cudaMemcpyAsync(dgc_gpu_gathered(S.gs[0]), dgc_gpu_payload(S.gs[0]), wb, cudaMemcpyDeviceToDevice, S.st));
+    CK(cudaMemcpyAsync((char *)dgc_gpu_gathered(S.gs[0]) + wb, own, wb, cudaMemcpyDeviceToDevice, S.st));
+    if (bad_header) CK(cudaMemsetAsync(dgc_gpu_gathered(S.gs[0]), 0, 1, S.st)); /* magic's low byte */
+    CK(cudaMemcpyAsync(gth, dgc_gpu_gathered(S.gs[0]), 2 * wb, cudaMemcpyDeviceToDevice, S.st));
+    if (dgc_gpu_decode(S.gs[0], S.dout[0], c.dtype, &p, c.v.compensate, c.v.average, S.rep[0], (dgc_cuda_stream)S.st,
+                       err, sizeof err))
+        fail("dgc_gpu_decode: %s", err);
+    if (dgc_gpu_decode_stateless(gth, wb, S.dout[1], c.dtype, &p, S.rep[1], (dgc_cuda_stream)S.st))
+        fail("dgc_gpu_decode_stateless: %s", dgc_gpu_last_error());
+    std::vector<hbuf> out(2, hbuf(n, c.dtype));
+    for (int r = 0; r < 2; r++)
+        CK(cudaMemcpyAsync(out[r].b.data(), S.dout[r], out[r].b.size(), cudaMemcpyDeviceToHost, S.st));
+    CK(cudaStreamSynchronize(S.st));
+    const uint32_t want = bad_header ? 0u : nan_bits(t);
+    for (int r = 0; r < 2; r++) {
+        for (uint64_t i = 0; i < n; i++)
+            if (out[r].get(i) != want) {
+                fail("%s %s: rank %d output[%llu] = 0x%x, expected 0x%x", dname(t), what, r, (unsigned long long)i,
+                     out[r].get(i), want);
+                break;
+            }
+        const unsigned long long failed = S.rep[r]->failed;
+        if (bad_header && (S.rep[r]->bad != DGC_GPU_BAD_MAGIC || S.rep[r]->bad_rank != 0 || failed != failed0))
+            fail("%s %s: rank %d report bad %u rank %d failed %llu, expected %d (magic) rank 0 failed %llu", dname(t),
+                 what, r, S.rep[r]->bad, S.rep[r]->bad_rank, failed, DGC_GPU_BAD_MAGIC, failed0);
+        if (!bad_header && (failed != failed0 + 1 || S.rep[r]->failed_rank != 1 || S.rep[r]->bad))
+            fail("%s %s: rank %d report failed %llu rank %d bad %u, expected %llu rank 1 bad 0", dname(t), what, r,
+                 failed, S.rep[r]->failed_rank, S.rep[r]->bad, failed0 + 1);
+    }
+    const unsigned long long dropped = dgc_gpu_state_nonfinite(S.gs[0]), want_dropped = dropped0 + !bad_header;
+    if (dropped != want_dropped) fail("%s %s: state 0 dropped %llu, expected %llu", dname(t), what, dropped, want_dropped);
+    if (dgc_gpu_state_read(S.gs[0], v1.data(), u1.data())) fail("state read: %s", dgc_gpu_last_error());
+    if (memcmp(v0.data(), v1.data(), n * 4) || memcmp(u0.data(), u1.data(), n * 4))
+        fail("%s %s: the state changed", dname(t), what);
+    CK(cudaFree(own));
+    CK(cudaFree(gth));
+    /* The host did compress rank 0 for this step in the real path: keep in
+     * step by compressing and discarding; rank 1 did nothing. */
+    std::vector<uint8_t> hpay(wb);
+    if (dgc_compress(S.hs[0], g32.data(), &p, hpay.data()) == 0) dgc_discard(S.hs[0]);
+}
+
 /* A NaN in one rank's gradient: every rank's output all NaN, no state
  * changes, counters +1; then a finite step works. Then a rank that failed
- * (flag-only header, garbage slots): NaN everywhere, failed counters. */
+ * (flag-only header, garbage slots): NaN everywhere, failed counters; then
+ * the same beside a bad header: zero everywhere, the report's bad. */
 void case_nonfinite() {
     for (dgc_gpu_dtype t : {DGC_GPU_F32, DGC_GPU_BF16}) {
         config c = base_config(20011, 0.01, 0.01, kVariants[1], 2, 400);
@@ -1186,63 +1257,12 @@ void case_nonfinite() {
                 fail("rank %d state nonfinite %llu, expected 1", r, (unsigned long long)dgc_gpu_state_nonfinite(S.gs[r]));
         }
         if (!must_match(S, 2)) continue; /* step 3 is compared to the host after it */
-
-        /* Step 3: rank 1 takes part without state. */
-        const uint64_t step = 3, n = c.n, k = k_at(c, step);
-        const dgc_step_params p = S.params(step, k);
-        const size_t wb = dgc_wire_bytes(k);
-        char err[256];
-        std::vector<float> v0(n), u0(n), v1(n), u1(n);
-        if (dgc_gpu_state_read(S.gs[0], v0.data(), u0.data())) fail("state read: %s", dgc_gpu_last_error());
-        hbuf g(n, c.dtype);
-        std::vector<float> g32;
-        make_grad(c, step, 0, &g, &g32);
-        CK(cudaMemcpyAsync(S.dg[0], g.b.data(), g.b.size(), cudaMemcpyHostToDevice, S.st));
-        if (dgc_gpu_compress(S.gs[0], S.dg[0], S.dout[0], c.dtype, &p, (dgc_cuda_stream)S.st, err, sizeof err))
-            fail("dgc_gpu_compress: %s", err);
-        void *own = nullptr, *gth = nullptr;
-        CK(cudaMalloc(&own, wb));
-        CK(cudaMalloc(&gth, 2 * wb));
-        CK(cudaMemsetAsync(own, 0xab, wb, S.st)); /* garbage slots: only the header counts */
-        if (dgc_gpu_flag_only(own, DGC_WIRE_FAILED, &p, (dgc_cuda_stream)S.st)) fail("dgc_gpu_flag_only failed");
-        CK(cudaMemcpyAsync(dgc_gpu_gathered(S.gs[0]), dgc_gpu_payload(S.gs[0]), wb, cudaMemcpyDeviceToDevice, S.st));
-        CK(cudaMemcpyAsync((char *)dgc_gpu_gathered(S.gs[0]) + wb, own, wb, cudaMemcpyDeviceToDevice, S.st));
-        CK(cudaMemcpyAsync(gth, dgc_gpu_gathered(S.gs[0]), 2 * wb, cudaMemcpyDeviceToDevice, S.st));
-        if (dgc_gpu_decode(S.gs[0], S.dout[0], c.dtype, &p, c.v.compensate, c.v.average, S.rep[0],
-                           (dgc_cuda_stream)S.st, err, sizeof err))
-            fail("dgc_gpu_decode: %s", err);
-        if (dgc_gpu_decode_stateless(gth, wb, S.dout[1], c.dtype, &p, S.rep[1], (dgc_cuda_stream)S.st))
-            fail("dgc_gpu_decode_stateless: %s", dgc_gpu_last_error());
-        std::vector<hbuf> out(2, hbuf(n, c.dtype));
-        for (int r = 0; r < 2; r++)
-            CK(cudaMemcpyAsync(out[r].b.data(), S.dout[r], out[r].b.size(), cudaMemcpyDeviceToHost, S.st));
-        CK(cudaStreamSynchronize(S.st));
-        for (int r = 0; r < 2; r++) {
-            for (uint64_t i = 0; i < n; i++)
-                if (out[r].get(i) != nan_bits(t)) {
-                    fail("%s failed rank: rank %d output[%llu] = 0x%x, expected NaN", dname(t), r,
-                         (unsigned long long)i, out[r].get(i));
-                    break;
-                }
-            if (S.rep[r]->failed != 1 || S.rep[r]->failed_rank != 1)
-                fail("%s failed rank: rank %d report failed %llu rank %d, expected 1 rank 1", dname(t), r,
-                     (unsigned long long)S.rep[r]->failed, S.rep[r]->failed_rank);
-            if (S.rep[r]->bad) fail("%s failed rank: rank %d report bad %u", dname(t), r, S.rep[r]->bad);
-        }
-        if (dgc_gpu_state_nonfinite(S.gs[0]) != 2) fail("state 0 nonfinite %llu, expected 2",
-                                                          (unsigned long long)dgc_gpu_state_nonfinite(S.gs[0]));
-        if (dgc_gpu_state_read(S.gs[0], v1.data(), u1.data())) fail("state read: %s", dgc_gpu_last_error());
-        if (memcmp(v0.data(), v1.data(), n * 4) || memcmp(u0.data(), u1.data(), n * 4))
-            fail("%s failed rank: the state changed", dname(t));
-        CK(cudaFree(own));
-        CK(cudaFree(gth));
-        /* The host did compress rank 0 for step 3 in the real path: keep in
-         * step by compressing and discarding; rank 1 did nothing. */
-        std::vector<uint8_t> hpay(wb);
-        if (dgc_compress(S.hs[0], g32.data(), &p, hpay.data()) == 0) dgc_discard(S.hs[0]);
-        if (run_step(S, 3) == STEP_FAIL) fail("%s: the finite step after the failed one does not match", dname(t));
+        stateless_step(S, 3, false);
+        stateless_step(S, 3, true); /* the report's bad is sticky: after the failed step's checks */
+        if (run_step(S, 3) == STEP_FAIL) fail("%s: the finite step after the failed ones does not match", dname(t));
     }
-    printf("%s gpu.engine.nonfinite: NaN in one rank (fp32, bf16), a failed rank, then finite steps\n",
+    printf("%s gpu.engine.nonfinite: NaN in one rank (fp32, bf16), a failed rank, one beside a bad header, then "
+           "finite steps\n",
            verdict());
 }
 
