@@ -27,6 +27,7 @@
 
 #include "device.cuh"
 #include "dgcshim/compact_rules.h"
+#include "dgcshim/sum_rules.h"
 #include "dgcshim/update_rules.h"
 
 using namespace dgc_cuda;
@@ -344,11 +345,13 @@ __global__ void __launch_bounds__(kThreads) scale_kernel(scratch *sc, const floa
 }
 
 /* The payload from the sorted selection: with 16-bit values each rounded to
- * the grid of the payload's scale (the host's dgc_compact_values), and what
+ * the grid of the payload's scale (the host's dgc_compact_values), or, for
+ * a dense sum in a 16-bit type, to that type (sum_rules.h), and what
  * rounding lost left in vals for the masking to keep (x - x = +0 with
  * 32-bit values: what was sent is gone). */
 __global__ void __launch_bounds__(kThreads) pack_kernel(scratch *sc, const uint32_t *keys, float *vals, void *payload,
-                                                        uint64_t step, uint64_t n, uint64_t k, int round16) {
+                                                        uint64_t step, uint64_t n, uint64_t k, int round16,
+                                                        unsigned sum_type) {
     const unsigned int nonfinite = sc->nonfinite;
     const uint64_t nsel = nonfinite ? 0 : sc->sel.nsel;
     const int e = round16 ? dgc_cx_scale16_of_max(sc->max_abs) : 0;
@@ -368,7 +371,8 @@ __global__ void __launch_bounds__(kThreads) pack_kernel(scratch *sc, const uint3
         const bool real = s < nsel;
         float x = real ? vals[s] : 0.0f, r = x;
         const uint32_t u = __float_as_uint(x);
-        if (round16 && dgc_cx_finite(u)) r = __uint_as_float(dgc_cx_round16_bits(u, e));
+        if (sum_type != DGC_SUM_F32 && dgc_cx_finite(u)) r = __uint_as_float(dgc_sum_round_bits(u, sum_type));
+        else if (round16 && dgc_cx_finite(u)) r = __uint_as_float(dgc_cx_round16_bits(u, e));
         idx[s] = real ? keys[s] : 0u;
         val[s] = r;
         if (real) vals[s] = x - r;
@@ -417,15 +421,18 @@ extern "C" int dgc_gpu_compress(dgc_gpu_state *s, const void *g, void *out, dgc_
     if (!s || !g || !out || !p) return fail_msg(err, errlen, "dgc_gpu_compress: NULL argument");
     const dgc_gpu_shape *sh = &s->shape;
     const uint64_t n = sh->n, k = p->k;
-    const int round16 = p->value_bits == 16;
+    const int vb16 = p->value_bits == 16;
+    /* A 16-bit dense sum rounds the values to its own type instead. */
+    const int round16 = vb16 && p->sum_type == DGC_SUM_F32;
     if (p->n != n || k < 1 || k > sh->k || (unsigned)dtype > (unsigned)DGC_GPU_BF16 ||
-        (dtype != DGC_GPU_F32 && !s->acc) || (sh->value_bits && sh->value_bits != (round16 ? 16u : 32u))) {
-        char msg[240];
+        (dtype != DGC_GPU_F32 && !s->acc) || (sh->value_bits && sh->value_bits != (vb16 ? 16u : 32u)) ||
+        (p->sum_type != DGC_SUM_F32 && p->sum_type != dgc_gpu_sum_type_of(dtype))) {
+        char msg[260];
         snprintf(msg, sizeof msg,
-                 "dgc_gpu_compress: call (n %llu, k %llu, dtype %d, value bits %u) does not fit the state (n %llu, k "
-                 "%llu, dtype %d, wire value bits %u)",
-                 (unsigned long long)p->n, (unsigned long long)k, (int)dtype, p->value_bits, (unsigned long long)n,
-                 (unsigned long long)sh->k, (int)sh->dtype, sh->value_bits);
+                 "dgc_gpu_compress: call (n %llu, k %llu, dtype %d, value bits %u, sum type %u) does not fit the state "
+                 "(n %llu, k %llu, dtype %d, wire value bits %u)",
+                 (unsigned long long)p->n, (unsigned long long)k, (int)dtype, p->value_bits, p->sum_type,
+                 (unsigned long long)n, (unsigned long long)sh->k, (int)sh->dtype, sh->value_bits);
         return fail_msg(err, errlen, msg);
     }
     /* Before any launch: a call refused here leaves nothing half enqueued. */
@@ -507,7 +514,7 @@ extern "C" int dgc_gpu_compress(dgc_gpu_state *s, const void *g, void *out, dgc_
         CHECK("launching the payload's scale");
     }
     pack_kernel<<<grid_for(k, s->sms, 4), kThreads, 0, st>>>(sc, dk.Current(), dv.Current(), s->payload, p->step, n,
-                                                             k, round16);
+                                                             k, round16, p->sum_type);
     CHECK("launching the payload's packing");
     return 0;
 }

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dgcshim/sum_rules.h"
 #include "dgcshim/update_rules.h"
 #include "dgcshim/wire_compact.h"
 #include "engine_stream.h"
@@ -325,6 +326,18 @@ static int select_candidates(dgc_state *s, uint64_t ncand, uint64_t k) {
     return 0;
 }
 
+/* x rounded to the 16-bit type of its sum (sum_rules.h); x itself when
+ * it is not finite (only a non-finite step has such values, and it commits
+ * nothing). */
+static float sum_rounded(float x, unsigned type) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7f800000u) == 0x7f800000u) return x;
+    u = dgc_sum_round_bits(u, type);
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
 static void pack(dgc_state *s, const dgc_step_params *p, uint32_t flags, void *payload) {
     dgc_wire_header h = {DGC_WIRE_MAGIC, flags, p->step, s->n, p->k};
     memcpy(payload, &h, sizeof h);
@@ -333,8 +346,12 @@ static void pack(dgc_state *s, const dgc_step_params *p, uint32_t flags, void *p
     /* One scale for the whole payload, from the values before rounding: the
      * compact encoding carries it once, and it keeps the largest value's 11
      * significant bits. */
-    const int scale = p->value_bits == 16 ? dgc_compact_scale16(s->cand_val, s->nsel) : 0;
-    dgc_compact_values(s->cand_val, s->nsel, p->value_bits, scale, val); /* what every rank will add */
+    if (p->sum_type != DGC_SUM_F32) { /* summed in a 16-bit type: rounded to it instead */
+        for (uint64_t j = 0; j < s->nsel; j++) val[j] = sum_rounded(s->cand_val[j], p->sum_type);
+    } else {
+        const int scale = p->value_bits == 16 ? dgc_compact_scale16(s->cand_val, s->nsel) : 0;
+        dgc_compact_values(s->cand_val, s->nsel, p->value_bits, scale, val); /* what every rank will add */
+    }
     memcpy(idx, s->cand, (size_t)s->nsel * sizeof *idx);
     for (uint64_t j = 0; j < s->nsel; j++) s->cand_val[j] -= val[j]; /* what commit keeps (error feedback) */
     for (uint64_t j = s->nsel; j < p->k; j++) {

@@ -157,7 +157,7 @@ static int compressed(const void *sb, void *rb, uint64_t count, MPI_Comm comm, i
         return DGC_MPI_PASS;
     }
     dgc_step_params p;
-    if (dgc_policy_plan(cfg, count, step, nranks, &p)) return DGC_MPI_PASS; /* too big for one all-gather */
+    if (dgc_policy_plan(cfg, count, sizeof(float), step, nranks, &p)) return DGC_MPI_PASS; /* too big for one all-gather */
     io_view v;
     dgc_buffer *b = NULL;
     int local = DGC_PART_FAILED;

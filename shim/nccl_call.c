@@ -28,8 +28,7 @@
  *     compressed call: the call is enqueued as usual, then returns
  *     ncclSystemError / ncclInvalidUsage. Ranks may learn of it at different
  *     calls; they all issue the same collectives meanwhile;
- *   - only when not even the flagged payload's few bytes (and, by the dense
- *     transport with fp16/bf16 output, an n-float vector) can be had does a
+ *   - only when not even the flagged payload's few bytes can be had does a
  *     rank stop issuing (ncclSystemError at once, logged: the others may
  *     wait for it). */
 #include <stdatomic.h>
@@ -147,14 +146,10 @@ static cudaError_t exchange_alloc(dgc_nccl_call *k, size_t bytes) {
 }
 
 /* Exchange memory of a flagged call: its header and every rank's, then,
- * by the dense transport, the spare (nranks floats) and a vector of n
- * floats for the dense sum: the output itself when it is fp32 (the step
- * fails everywhere, so what the vector holds does not matter, and its NaN
- * comes after), else of its own, zeroed. */
-static size_t flagged_vector(const dgc_nccl_call *k) {
-    return k->dense && k->gpu_dtype != DGC_GPU_F32 ? (size_t)k->count : 0;
-}
-
+ * by the dense transport, the spare (nranks elements: nranks floats hold
+ * them in any type). The dense sum runs on the output itself: the step
+ * fails everywhere, so what it holds does not matter, and its NaN comes
+ * after. */
 /* One payload as the call's exchange sends it: the compact one by the
  * all-gather, the 32-byte header alone by the dense transport. */
 static size_t sent_bytes(const dgc_nccl_call *k) {
@@ -163,7 +158,7 @@ static size_t sent_bytes(const dgc_nccl_call *k) {
 
 static size_t flagged_bytes(const dgc_nccl_call *k) {
     const size_t r = (size_t)k->c->nranks;
-    return sent_bytes(k) * (1 + r) + (k->dense ? sizeof(float) * (r + flagged_vector(k)) : 0);
+    return sent_bytes(k) * (1 + r) + (k->dense ? sizeof(float) * r : 0);
 }
 
 static cudaError_t flagged_buffers(dgc_nccl_call *k) {
@@ -174,11 +169,11 @@ static cudaError_t flagged_buffers(dgc_nccl_call *k) {
     k->payload = k->xbuf;
     k->gathered = (char *)k->xbuf + one;
     if (!k->dense) return cudaSuccess;
-    float *spare = (float *)((char *)k->gathered + one * r), *own = spare + r;
-    k->vec = (dgc_gpu_dense_vector){.body = flagged_vector(k) ? own : (float *)k->recv, .block = k->count / r,
-                                    .spare = spare};
+    void *spare = (char *)k->gathered + one * r;
+    k->vec = (dgc_gpu_dense_vector){
+        .body = k->recv, .block = k->count / r, .spare = spare, .type = k->gpu_dtype};
     k->vec.rem = k->count - k->vec.block * r;
-    return cudaMemsetAsync(spare, 0, sizeof(float) * (r + flagged_vector(k)), k->stream);
+    return cudaMemsetAsync(spare, 0, sizeof(float) * r, k->stream);
 }
 
 /* No state: a flagged header from the call's own exchange memory. */
@@ -227,11 +222,15 @@ static void prepare(dgc_nccl_call *k, const dgc_config *cfg) {
         k->part = DGC_NCCL_PASS;
         return;
     }
-    if (dgc_policy_plan(cfg, k->count, step, c->nranks, &k->p)) { /* too big for one payload */
+    /* Both ways weighed at the buffer's own element size: the dense
+     * transport sums a 16-bit buffer in its type, as the plain call would. */
+    const unsigned elem = (unsigned)dgc_gpu_dtype_size(k->gpu_dtype);
+    if (dgc_policy_plan(cfg, k->count, elem, step, c->nranks, &k->p)) { /* too big for one payload */
         k->part = DGC_NCCL_PASS;
         return;
     }
-    k->dense = dgc_policy_transport(cfg, k->count, k->p.k, c->nranks, &k->tb) == DGC_TRANSPORT_DENSE;
+    k->dense = dgc_policy_transport(cfg, k->count, elem, k->p.k, c->nranks, &k->tb) == DGC_TRANSPORT_DENSE;
+    if (k->dense) k->p.sum_type = dgc_gpu_sum_type_of(k->gpu_dtype); /* the pairs rounded to it */
     DGC_DEBUG("step %llu, %llu elements, k %llu: %s transport (bytes a rank sends: sparse all-gather %llu, dense %llu)",
               (unsigned long long)step, (unsigned long long)k->count, (unsigned long long)k->p.k,
               k->dense ? "dense" : "sparse", (unsigned long long)k->tb.sparse, (unsigned long long)k->tb.dense);
@@ -273,19 +272,26 @@ static void note(dgc_nccl_call *k, ncclResult_t rc) {
     if (k->xrc == ncclSuccess) k->xrc = rc;
 }
 
-/* The dense sum in place (DESIGN.md "Bytes"): each rank's block reduced on
- * that rank (ncclReduceScatter's in-place form: its output at rank * block
- * of the input), then copied to all (ncclAllGather's: its input there). */
+static ncclDataType_t nccl_type_of(dgc_gpu_dtype t) {
+    return t == DGC_GPU_F16 ? ncclFloat16 : t == DGC_GPU_BF16 ? ncclBfloat16 : ncclFloat32;
+}
+
+/* The dense sum in place (DESIGN.md "Bytes"), in the buffer's type: each
+ * rank's block reduced on that rank (ncclReduceScatter's in-place form: its
+ * output at rank * block of the input), then copied to all
+ * (ncclAllGather's: its input there). */
 static void dense_sum(const dgc_nccl_api *api, dgc_nccl_call *k, int phase) {
     const size_t rank = (size_t)dgc_nccl_ext(k->c)->rank;
     const dgc_gpu_dense_vector *v = &k->vec;
-    float *mine = v->body + rank * v->block, *spare = v->spare + rank;
+    const size_t e = dgc_gpu_dtype_size(v->type);
+    const ncclDataType_t t = nccl_type_of(v->type);
+    char *mine = (char *)v->body + rank * v->block * e, *spare = (char *)v->spare + rank * e;
     if (phase == 0) {
-        if (v->block) note(k, api->reduce_scatter(v->body, mine, v->block, ncclFloat32, ncclSum, k->comm, k->stream));
-        if (v->rem) note(k, api->reduce_scatter(v->spare, spare, 1, ncclFloat32, ncclSum, k->comm, k->stream));
+        if (v->block) note(k, api->reduce_scatter(v->body, mine, v->block, t, ncclSum, k->comm, k->stream));
+        if (v->rem) note(k, api->reduce_scatter(v->spare, spare, 1, t, ncclSum, k->comm, k->stream));
     } else {
-        if (v->block) note(k, api->all_gather(mine, v->body, v->block, ncclFloat32, k->comm, k->stream));
-        if (v->rem) note(k, api->all_gather(spare, v->spare, 1, ncclFloat32, k->comm, k->stream));
+        if (v->block) note(k, api->all_gather(mine, v->body, v->block, t, k->comm, k->stream));
+        if (v->rem) note(k, api->all_gather(spare, v->spare, 1, t, k->comm, k->stream));
     }
 }
 

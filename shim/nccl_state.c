@@ -110,7 +110,8 @@ dgc_buffer *dgc_nccl_state_get(dgc_nccl_call *k, const dgc_config *cfg) {
     };
     /* Sized once for every later step: the gathered payloads for the largest
      * k that goes sparse, the dense room when some step goes dense. */
-    dgc_policy_outlook(cfg, k->count, k->p.step, c->nranks, &want.sparse_k, &want.dense);
+    dgc_policy_outlook(cfg, k->count, (unsigned)dgc_gpu_dtype_size(k->gpu_dtype), k->p.step, c->nranks,
+                       &want.sparse_k, &want.dense);
     dgc_buffer *b = dgc_registry_find(c, key, k->recv, k->count);
     if (b && b->pinned) {
         /* The same buffer twice among the calls of one group: its payload

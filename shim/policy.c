@@ -10,14 +10,14 @@ int dgc_policy_compressible(const dgc_config *cfg, uint64_t count, int nranks) {
            (uint64_t)nranks >= cfg->min_ranks;
 }
 
-int dgc_policy_plan(const dgc_config *cfg, uint64_t count, uint64_t step, int nranks,
+int dgc_policy_plan(const dgc_config *cfg, uint64_t count, unsigned elem_bytes, uint64_t step, int nranks,
                     dgc_step_params *out) {
     uint64_t k = dgc_k_for(count, dgc_density_at(cfg->sparsity, cfg->warmup_steps, step));
     /* The sparse all-gather counts the compact payloads in 8-byte words with
      * an int count, per rank and in total. The dense transport has no such
      * limit: it gathers the headers alone and sums the vector in pieces. */
     dgc_transport_bytes tb;
-    if (dgc_policy_transport(cfg, count, k, nranks, &tb) == DGC_TRANSPORT_SPARSE) {
+    if (dgc_policy_transport(cfg, count, elem_bytes, k, nranks, &tb) == DGC_TRANSPORT_SPARSE) {
         uint64_t words = tb.payload / 8;
         if (words > (uint64_t)INT_MAX || words * (uint64_t)nranks > (uint64_t)INT_MAX) return -1;
     }
@@ -36,22 +36,23 @@ int dgc_policy_plan(const dgc_config *cfg, uint64_t count, uint64_t step, int nr
     return 0;
 }
 
-void dgc_transport_bytes_for(uint64_t n, uint64_t k, unsigned value_bits, int nranks, dgc_transport_bytes *out) {
+void dgc_transport_bytes_for(uint64_t n, unsigned elem_bytes, uint64_t k, unsigned value_bits, int nranks,
+                             dgc_transport_bytes *out) {
     if (nranks < 1) nranks = 1;
     uint64_t others = (uint64_t)nranks - 1, header = sizeof(dgc_wire_header);
     dgc_compact_layout code;
     dgc_compact_layout_for(n, k, value_bits, &code);
     out->payload = code.bytes;
     out->sparse = others * code.bytes;
-    /* 2 (N-1) 4n / N, rounded up: at most 2^20 ranks and 2^32 elements, so
-     * the product fits 64 bits. */
-    out->dense = (2 * others * 4 * n + (uint64_t)nranks - 1) / (uint64_t)nranks + others * header;
+    /* 2 (N-1) e n / N, rounded up: at most 2^20 ranks, 2^32 elements and 4
+     * bytes each, so the product fits 64 bits. */
+    out->dense = (2 * others * elem_bytes * n + (uint64_t)nranks - 1) / (uint64_t)nranks + others * header;
 }
 
-dgc_transport dgc_policy_transport(const dgc_config *cfg, uint64_t n, uint64_t k, int nranks,
+dgc_transport dgc_policy_transport(const dgc_config *cfg, uint64_t n, unsigned elem_bytes, uint64_t k, int nranks,
                                    dgc_transport_bytes *bytes) {
     dgc_transport_bytes b;
-    dgc_transport_bytes_for(n, k, (unsigned)cfg->value_bits, nranks, &b);
+    dgc_transport_bytes_for(n, elem_bytes, k, (unsigned)cfg->value_bits, nranks, &b);
     if (bytes) *bytes = b;
     if (cfg->transport != DGC_TRANSPORT_AUTO) return (dgc_transport)cfg->transport;
     if (nranks <= 1) return DGC_TRANSPORT_SPARSE; /* nothing travels either way */
@@ -60,15 +61,15 @@ dgc_transport dgc_policy_transport(const dgc_config *cfg, uint64_t n, uint64_t k
 
 /* The densities from step on are dgc_density_at's stages that follow it: a
  * quarter each (exact in binary), never below the target, then the target. */
-void dgc_policy_outlook(const dgc_config *cfg, uint64_t count, uint64_t step, int nranks, uint64_t *sparse_k,
-                        int *dense) {
+void dgc_policy_outlook(const dgc_config *cfg, uint64_t count, unsigned elem_bytes, uint64_t step, int nranks,
+                        uint64_t *sparse_k, int *dense) {
     const double target = 1.0 - cfg->sparsity;
     double d = dgc_density_at(cfg->sparsity, cfg->warmup_steps, step);
     *sparse_k = 0;
     *dense = 0;
     for (;;) {
         uint64_t k = dgc_k_for(count, d);
-        if (dgc_policy_transport(cfg, count, k, nranks, NULL) == DGC_TRANSPORT_DENSE) *dense = 1;
+        if (dgc_policy_transport(cfg, count, elem_bytes, k, nranks, NULL) == DGC_TRANSPORT_DENSE) *dense = 1;
         else if (k > *sparse_k) *sparse_k = k;
         if (!(d > target)) break;
         d *= 0.25;

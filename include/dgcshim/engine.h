@@ -30,6 +30,12 @@ double dgc_density_at(double sparsity, uint64_t warmup_steps, uint64_t step);
 /* k = ceil(density * n), at least 1, at most n. */
 uint64_t dgc_k_for(uint64_t n, double density);
 
+/* The type the ranks' values are summed in (dgc_step_params.sum_type): fp32,
+ * except on the NCCL path's dense transport of a 16-bit buffer, which sums
+ * the scattered pairs in the buffer's own type so that it sends no more than
+ * the uncompressed all-reduce (policy.h). */
+typedef enum { DGC_SUM_F32 = 0, DGC_SUM_F16 = 1, DGC_SUM_BF16 = 2 } dgc_sum_type;
+
 /* What one compressed call needs beyond the state. */
 typedef struct {
     uint64_t n;           /* elements in the buffer */
@@ -43,6 +49,8 @@ typedef struct {
     double sample_ratio;  /* DGC_SAMPLE_RATIO */
     unsigned value_bits;  /* DGC_VALUE_BITS: 32, or 16 (binary16 under a per-payload power-of-two scale on the
                            * wire, dgc_compact_value; the rounding kept in the residual) */
+    unsigned sum_type;    /* dgc_sum_type: F16 or BF16 rounds every value to that type instead
+                           * (dgc_sum_round_bits, sum_rules.h), the rounding kept in the residual */
 } dgc_step_params;
 
 /* The threshold sample of one call, shared by the host and CUDA engines so

@@ -42,6 +42,12 @@ typedef enum { DGC_GPU_F32 = 0, DGC_GPU_F16 = 1, DGC_GPU_BF16 = 2 } dgc_gpu_dtyp
 
 size_t dgc_gpu_dtype_size(dgc_gpu_dtype t);
 
+/* The type the dense transport sums a buffer of type t in: its own (the
+ * pairs are rounded to it, dgc_step_params.sum_type). */
+static inline unsigned dgc_gpu_sum_type_of(dgc_gpu_dtype t) {
+    return t == DGC_GPU_F16 ? DGC_SUM_F16 : t == DGC_GPU_BF16 ? DGC_SUM_BF16 : DGC_SUM_F32;
+}
+
 /* Why a payload failed its check on the device. */
 enum {
     DGC_GPU_BAD_NONE = 0,
@@ -189,24 +195,31 @@ int dgc_gpu_decode(dgc_gpu_state *s, void *out, dgc_gpu_dtype dtype, const dgc_s
  * Each element is reduced once, on the rank that owns its block, and copied
  * to all: every rank gets the same bytes (invariant 3). */
 
-/* Where the dense sum runs: body, nranks blocks of block floats (out itself
- * for fp32, else the state's accumulator; its first block * nranks
- * elements), and spare, nranks floats holding the rem = n - block * nranks
- * elements after them (zeros after those), one a rank. */
+/* Where the dense sum runs, in the buffer's own type (so that it sends what
+ * the uncompressed all-reduce sends): body, nranks blocks of block elements
+ * (out itself, its first block * nranks elements), and spare, nranks
+ * elements holding the rem = n - block * nranks elements after them (zeros
+ * after those), one a rank. A 16-bit sum is widened into the state's fp32
+ * accumulator for the rest of the decode. */
 typedef struct {
-    float *body;
+    void *body;
     uint64_t block;
-    float *spare;
+    void *spare;
     uint64_t rem;
+    dgc_gpu_dtype type; /* of body and spare: the buffer's */
 } dgc_gpu_dense_vector;
 
 /* The vector of a state made with shape dense for the output out; -1 (and
  * nothing set) when the state has no dense room or dtype does not fit. */
 int dgc_gpu_dense_view(dgc_gpu_state *s, void *out, dgc_gpu_dtype dtype, dgc_gpu_dense_vector *v);
 
-/* Enqueues, after dgc_gpu_compress: this rank's selected pairs added into
- * the vector that the compression zeroed, and the rest moved to the spare.
- * Returns 0, or -1 when a launch failed or the state has no dense room. */
+/* Enqueues, after dgc_gpu_compress: this rank's selected pairs written
+ * into the zeroed vector (for fp32 the compression zeroed it; a 16-bit one
+ * is zeroed here, after the compression has read g), and the rest moved to
+ * the spare. A 16-bit buffer's pairs must have been rounded to its type
+ * (p->sum_type = dgc_gpu_sum_type_of(dtype) for the compression too).
+ * Returns 0, or -1 when a launch failed, the state has no dense room or
+ * p->sum_type does not fit dtype. */
 int dgc_gpu_dense_scatter(dgc_gpu_state *s, void *out, dgc_gpu_dtype dtype, const dgc_step_params *p,
                           dgc_cuda_stream stream, char *err, size_t errlen);
 
@@ -215,7 +228,7 @@ int dgc_gpu_dense_scatter(dgc_gpu_state *s, void *out, dgc_gpu_dtype dtype, cons
  * headers in dgc_gpu_gathered(s) (32 bytes apart), as dgc_gpu_decode
  * decides it: a bad header: report->bad, out zero, no state change; a
  * failed or non-finite rank: out NaN, no state change, the counters; else
- * out = the sum, compensated (the previous finite step's sum, kept either
+ * out = the sum (a 16-bit one widened to fp32 first), compensated (the previous finite step's sum, kept either
  * way, times -m; this step's sum kept as a dense vector), averaged,
  * converted, and the state committed and masked. Returns 0, or -1 when a
  * launch failed. */

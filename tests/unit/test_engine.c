@@ -553,6 +553,66 @@ Test(engine_values, sixteen_bits_one_scale_per_payload_rounding_kept_in_the_resi
     dgc_state_destroy(s);
 }
 
+/* A dense sum in a 16-bit type (the NCCL path's fp16 and bf16 buffers):
+ * each value is rounded to the type instead (DGC_VALUE_BITS aside), onto
+ * its grid, within half its quantum (or clamped to its largest finite),
+ * and the residual keeps the rest: residual + sent == the value. */
+static void run_sum_type(unsigned type, int digits, int min_exp, float max) {
+    const size_t n = 4096;
+    const uint64_t k = 64;
+    dgc_state *s = dgc_state_create(n, 0);
+    float *g = alloc_floats(n);
+    void *payload = alloc_payload(k);
+    cr_assert_not_null(s);
+    rng_seed(17 + type);
+    for (uint64_t j = 0; j < k; j++) /* 2^20 down to 2^-27: past both ends of binary16 */
+        g[17 + 61 * j] = ldexpf(1.0f + (float)rng_unit(), 20 - (int)(j % 48)) * (j % 3 ? 1.0f : -1.0f);
+    dgc_step_params p = plain_params(0, k, 1.0);
+    p.value_bits = 16; /* ignored for the values: the sum's type rounds them */
+    p.sum_type = type;
+    cr_assert_eq(dgc_compress(s, g, &p, payload), 0);
+    cr_assert_eq(dgc_last_selected(s), k);
+    const uint32_t *idx = dgc_wire_indices(payload);
+    const float *val = dgc_wire_values(payload, k);
+    int clamped = 0, tiny = 0;
+    for (uint64_t j = 0; j < k; j++) {
+        const float x = g[idx[j]], y = val[j];
+        if (fabsf(x) >= max) {
+            cr_assert(y == copysignf(max, x), "slot %llu: %a clamped to %a", (unsigned long long)j, (double)x,
+                      (double)y);
+            clamped++;
+            continue;
+        }
+        int e;
+        frexpf(fabsf(x), &e);
+        const int binade = e - 1 < min_exp ? min_exp : e - 1;
+        const double q = ldexp(1.0, binade - (digits - 1));
+        tiny += binade == min_exp;
+        cr_assert(fabs((double)y / q - nearbyint((double)y / q)) == 0 && fabs((double)x - (double)y) <= q / 2,
+                  "slot %llu: %a sent as %a, off the grid of quantum %a", (unsigned long long)j, (double)x, (double)y,
+                  q);
+    }
+    cr_assert(type != DGC_SUM_F16 || (clamped > 0 && tiny > 0), "premise: values past both ends of binary16");
+    dgc_commit(s, &p);
+    const float *v = dgc_state_residual(s);
+    for (uint64_t j = 0; j < k; j++) {
+        const uint32_t i = idx[j];
+        cr_assert(v[i] == g[i] - val[j] && (double)v[i] + (double)val[j] == (double)g[i],
+                  "index %u: residual %a + sent %a != %a", i, (double)v[i], (double)val[j], (double)g[i]);
+    }
+    free(payload);
+    free(g);
+    dgc_state_destroy(s);
+}
+
+Test(engine_values, fp16_sum_rounds_to_binary16_clamped_rest_in_the_residual) {
+    run_sum_type(DGC_SUM_F16, 11, -14, 65504.0f);
+}
+
+Test(engine_values, bf16_sum_rounds_to_bfloat16_rest_in_the_residual) {
+    run_sum_type(DGC_SUM_BF16, 8, -126, 0x1.fep127f);
+}
+
 /* ---- conservation ---------------------------------------------------------------- */
 
 Test(engine_conservation, outputs_plus_residual_equal_inputs_without_momentum) {

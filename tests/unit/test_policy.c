@@ -1,8 +1,9 @@
 /* The transport policy (DGC_TRANSPORT) against the byte formulas, written
  * out here from DESIGN.md's "Bytes: never worse than dense": an all-gather
  * of the payloads sends (N-1) compact payloads (below) per rank; the dense
- * transport sends a ring all-reduce's 2 (N-1)/N 4n bytes plus the 32-byte
- * headers to the N-1 others. */
+ * transport sends a ring all-reduce's 2 (N-1)/N e n bytes (e: the
+ * element's bytes, 4 for fp32, 2 for the NCCL path's fp16 and bf16, which
+ * it sums in their own type) plus the 32-byte headers to the N-1 others. */
 #include <criterion/criterion.h>
 #include <math.h>
 
@@ -23,7 +24,7 @@ static double compact_bytes(double n, double k, double vb) {
     return 40 + 8 * ceil(upper / 64) + 8 * ceil(k * low / 64) + 8 * ceil(k * vb / 64);
 }
 static double sparse_bytes(double n, double k, double N, double vb) { return (N - 1) * compact_bytes(n, k, vb); }
-static double dense_bytes(double n, double N) { return ceil(2 * (N - 1) * 4 * n / N) + 32 * (N - 1); }
+static double dense_bytes(double n, double N, double e) { return ceil(2 * (N - 1) * e * n / N) + 32 * (N - 1); }
 
 static dgc_config with_transport(int t) {
     dgc_config c;
@@ -38,17 +39,20 @@ Test(policy_transport, auto_picks_the_fewer_bytes_for_2_to_4096_ranks) {
     static const double densities[] = {0.25, 0.0625, 0.015625, 0.00390625, 0.001};
     static const uint64_t sizes[] = {16384, 1000000, 25000000, 4294967295ull};
     dgc_config cfg = with_transport(DGC_TRANSPORT_AUTO);
+    for (unsigned elem = 2; elem <= 4; elem += 2)
     for (cfg.value_bits = 16; cfg.value_bits <= 32; cfg.value_bits += 16)
     for (size_t a = 0; a < sizeof sizes / sizeof *sizes; a++) {
         for (size_t d = 0; d < sizeof densities / sizeof *densities; d++) {
             uint64_t n = sizes[a], k = dgc_k_for(n, densities[d]);
             for (int N = 2; N <= 4096; N++) {
                 dgc_transport_bytes b;
-                dgc_transport t = dgc_policy_transport(&cfg, n, k, N, &b);
-                double s = sparse_bytes((double)n, (double)k, N, (double)cfg.value_bits), e = dense_bytes((double)n, N);
+                dgc_transport t = dgc_policy_transport(&cfg, n, elem, k, N, &b);
+                double s = sparse_bytes((double)n, (double)k, N, (double)cfg.value_bits),
+                       e = dense_bytes((double)n, N, elem);
                 cr_assert(fabs((double)b.sparse - s) < 0.5 && fabs((double)b.dense - e) < 0.5,
-                          "n %llu k %llu N %d: bytes %llu/%llu, formulas %.0f/%.0f", (unsigned long long)n,
-                          (unsigned long long)k, N, (unsigned long long)b.sparse, (unsigned long long)b.dense, s, e);
+                          "n %llu k %llu N %d elem %u: bytes %llu/%llu, formulas %.0f/%.0f", (unsigned long long)n,
+                          (unsigned long long)k, N, elem, (unsigned long long)b.sparse, (unsigned long long)b.dense,
+                          s, e);
                 dgc_transport want = s < e ? DGC_TRANSPORT_SPARSE : DGC_TRANSPORT_DENSE;
                 cr_assert_eq(t, want, "n %llu density %g N %d: transport %d, want %d", (unsigned long long)n,
                              densities[d], N, t, want);
@@ -65,13 +69,13 @@ Test(policy_transport, auto_picks_the_fewer_bytes_for_2_to_4096_ranks) {
  * with 32-bit ones, against dense's 8n (N-1)/N + 32 (N-1): sparse up to 12
  * and 7 ranks. At 99.9% (k = 1000, L = 9) the payloads are 3544 and 5544
  * bytes: sparse up to 2277 and 1451 ranks. */
-static int first_dense(uint64_t n, double density, unsigned value_bits) {
+static int first_dense(uint64_t n, double density, unsigned value_bits, unsigned elem) {
     dgc_config cfg = with_transport(DGC_TRANSPORT_AUTO);
     cfg.value_bits = value_bits;
     uint64_t k = dgc_k_for(n, density);
     int first = 0;
     for (int N = 2; N <= 4096; N++) {
-        int dense = dgc_policy_transport(&cfg, n, k, N, NULL) == DGC_TRANSPORT_DENSE;
+        int dense = dgc_policy_transport(&cfg, n, elem, k, N, NULL) == DGC_TRANSPORT_DENSE;
         if (dense && !first) first = N;
         cr_assert(!first || dense, "density %g: sparse again at N %d after dense from %d", density, N, first);
     }
@@ -79,19 +83,24 @@ static int first_dense(uint64_t n, double density, unsigned value_bits) {
 }
 
 Test(policy_transport, the_crossovers) {
-    cr_assert_eq(first_dense(1000000, 0.25, 16), 13);
-    cr_assert_eq(first_dense(1000000, 0.25, 32), 8);
-    cr_assert_eq(first_dense(1000000, 0.001, 16), 2278);
-    cr_assert_eq(first_dense(1000000, 0.001, 32), 1452);
+    cr_assert_eq(first_dense(1000000, 0.25, 16, 4), 13);
+    cr_assert_eq(first_dense(1000000, 0.25, 32, 4), 8);
+    cr_assert_eq(first_dense(1000000, 0.001, 16, 4), 2278);
+    cr_assert_eq(first_dense(1000000, 0.001, 32, 4), 1452);
+    /* A 16-bit buffer's dense transport sends half: 4n (N-1)/N + 32 (N-1)
+     * against the same payloads, sparse up to 6 ranks at 25% (625048
+     * bytes a payload) and 1138 at 99.9% (3544). */
+    cr_assert_eq(first_dense(1000000, 0.25, 16, 2), 7);
+    cr_assert_eq(first_dense(1000000, 0.001, 16, 2), 1139);
     dgc_config cfg = with_transport(DGC_TRANSPORT_AUTO);
-    cr_assert_eq(dgc_policy_transport(&cfg, 1000000, 1000, 1, NULL), DGC_TRANSPORT_SPARSE, "one rank sends nothing");
+    cr_assert_eq(dgc_policy_transport(&cfg, 1000000, 4, 1000, 1, NULL), DGC_TRANSPORT_SPARSE, "one rank sends nothing");
 }
 
 Test(policy_transport, forced_either_way) {
     dgc_config s = with_transport(DGC_TRANSPORT_SPARSE), d = with_transport(DGC_TRANSPORT_DENSE);
     for (int N = 1; N <= 64; N++) {
-        cr_assert_eq(dgc_policy_transport(&s, 1000000, 250000, N, NULL), DGC_TRANSPORT_SPARSE);
-        cr_assert_eq(dgc_policy_transport(&d, 1000000, 1000, N, NULL), DGC_TRANSPORT_DENSE);
+        cr_assert_eq(dgc_policy_transport(&s, 1000000, 2, 250000, N, NULL), DGC_TRANSPORT_SPARSE);
+        cr_assert_eq(dgc_policy_transport(&d, 1000000, 4, 1000, N, NULL), DGC_TRANSPORT_DENSE);
     }
 }
 
@@ -99,7 +108,8 @@ Test(policy_transport, forced_either_way) {
  * sparse and whether any goes dense, from each step of a warm-up on (and
  * past it), for rank counts on both sides of each stage's crossover. */
 Test(policy_transport, outlook_covers_every_later_step) {
-    static const int ranks[] = {2, 3, 4, 8, 12, 13, 64, 1000, 1452, 2300};
+    static const int ranks[] = {2, 3, 4, 6, 7, 8, 12, 13, 64, 1000, 1139, 1452, 2300};
+    for (unsigned elem = 2; elem <= 4; elem += 2)
     for (unsigned vb = 16; vb <= 32; vb += 16)
         for (int t = DGC_TRANSPORT_AUTO; t <= DGC_TRANSPORT_DENSE; t++)
             for (size_t r = 0; r < sizeof ranks / sizeof *ranks; r++) {
@@ -112,15 +122,16 @@ Test(policy_transport, outlook_covers_every_later_step) {
                     int want_dense = 0, got_dense;
                     for (uint64_t s = step; s <= 60; s++) {
                         uint64_t k = dgc_k_for(n, dgc_density_at(cfg.sparsity, cfg.warmup_steps, s));
-                        if (dgc_policy_transport(&cfg, n, k, ranks[r], NULL) == DGC_TRANSPORT_DENSE)
+                        if (dgc_policy_transport(&cfg, n, elem, k, ranks[r], NULL) == DGC_TRANSPORT_DENSE)
                             want_dense = 1;
                         else if (k > want_k)
                             want_k = k;
                     }
-                    dgc_policy_outlook(&cfg, n, step, ranks[r], &got_k, &got_dense);
+                    dgc_policy_outlook(&cfg, n, elem, step, ranks[r], &got_k, &got_dense);
                     cr_assert(got_k == want_k && got_dense == want_dense,
-                              "value bits %u transport %d N %d step %llu: outlook (%llu, %d), steps say (%llu, %d)", vb,
-                              t, ranks[r], (unsigned long long)step, (unsigned long long)got_k, got_dense,
+                              "elem %u value bits %u transport %d N %d step %llu: outlook (%llu, %d), steps say "
+                              "(%llu, %d)",
+                              elem, vb, t, ranks[r], (unsigned long long)step, (unsigned long long)got_k, got_dense,
                               (unsigned long long)want_k, want_dense);
                 }
             }
@@ -141,15 +152,17 @@ Test(policy_plan, limit_is_the_compact_all_gather) {
                     cfg.value_bits = (int)vb;
                     const int N = ranks[r];
                     uint64_t k = dgc_k_for(n, dgc_density_at(cfg.sparsity, cfg.warmup_steps, step));
-                    int sparse = dgc_policy_transport(&cfg, n, k, N, NULL) == DGC_TRANSPORT_SPARSE;
+                    int sparse = dgc_policy_transport(&cfg, n, 4, k, N, NULL) == DGC_TRANSPORT_SPARSE;
                     double words = compact_bytes((double)n, (double)k, vb) / 8;
                     int fits = !sparse || words * N <= 2147483647.0;
                     dgc_step_params p;
-                    int rc = dgc_policy_plan(&cfg, n, step, N, &p);
+                    int rc = dgc_policy_plan(&cfg, n, 4, step, N, &p);
                     cr_assert_eq(rc, fits ? 0 : -1, "value bits %u transport %d N %d step %llu (k %llu, %s): plan %d",
                                  vb, t, N, (unsigned long long)step, (unsigned long long)k,
                                  sparse ? "sparse" : "dense", rc);
-                    if (rc == 0) cr_assert(p.k == k && p.n == n && p.nranks == N && p.value_bits == vb);
+                    if (rc == 0)
+                        cr_assert(p.k == k && p.n == n && p.nranks == N && p.value_bits == vb &&
+                                  p.sum_type == DGC_SUM_F32);
                 }
 }
 
@@ -160,8 +173,8 @@ Test(policy_plan, compact_payloads_fit_where_plain_ones_did_not) {
     cfg.sparsity = 0.75;
     cfg.warmup_steps = 0;
     dgc_step_params p;
-    cr_assert_eq(dgc_policy_plan(&cfg, 4294967295ull, 0, 2, &p), 0);
+    cr_assert_eq(dgc_policy_plan(&cfg, 4294967295ull, 4, 0, 2, &p), 0);
     cr_assert_gt((double)p.k * 8 * 2 / 8, 2147483647.0); /* the plain payloads would not */
     cfg.transport = DGC_TRANSPORT_DENSE;
-    cr_assert_eq(dgc_policy_plan(&cfg, 4294967295ull, 0, 4096, &p), 0);
+    cr_assert_eq(dgc_policy_plan(&cfg, 4294967295ull, 4, 0, 4096, &p), 0);
 }

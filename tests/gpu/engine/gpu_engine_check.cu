@@ -350,6 +350,9 @@ struct sim {
         p.nranks = c.nranks;
         p.sample_ratio = c.ratio;
         p.value_bits = c.vbits;
+        /* The dense transport sums a 16-bit buffer in its type: the pairs
+         * rounded to it, on the device and on the host alike. */
+        p.sum_type = dense_at(c, step) ? dgc_gpu_sum_type_of(c.dtype) : (unsigned)DGC_SUM_F32;
         return p;
     }
 };
@@ -416,40 +419,89 @@ void make_grad(const config &c, uint64_t step, int r, hbuf *g, std::vector<float
 
 enum { STEP_OK = 0, STEP_FAIL = 1, STEP_TIE = 2 };
 
+/* a + b in dtype, as NCCL's sum of two elements leaves it: the exact sum
+ * rounded once (for fp16 and bf16 the fp32 sum of two 16-bit values is
+ * exact, or too far from a tie to round differently), Inf past the range. */
+uint32_t add_in(dgc_gpu_dtype t, uint32_t a, uint32_t b) {
+    return to_dtype_bits(from_dtype_bits(a, t) + from_dtype_bits(b, t), t);
+}
+
+/* Element-wise sum of the ranks' vectors (raw bits of dtype t, n each) in
+ * rank order: what a reduce-scatter then an all-gather leave on every
+ * rank, one sum per element copied to all. */
+std::vector<uint32_t> rank_order_sum(dgc_gpu_dtype t, const std::vector<std::vector<uint32_t>> &v) {
+    std::vector<uint32_t> sum = v[0];
+    for (size_t r = 1; r < v.size(); r++)
+        for (size_t i = 0; i < sum.size(); i++) sum[i] = add_in(t, sum[i], v[r][i]);
+    return sum;
+}
+
 /* The dense transport between the simulated ranks, as the NCCL front end
  * runs it: each rank's pairs scattered, its header all-gathered, the
- * vectors (blocks and spare) summed in rank order (what a reduce-scatter
- * then an all-gather leave on every rank: one sum per element, copied to
- * all) and the sum copied back into every rank's vector. */
+ * vectors (blocks and spare, in the buffer's type) summed in rank order
+ * and the sum copied back into every rank's vector. */
 bool dense_exchange(sim &S, const dgc_step_params &p, char *err, size_t errlen) {
     const int R = S.c.nranks;
+    const dgc_gpu_dtype t = S.c.dtype;
+    const size_t e = dsize(t);
     std::vector<dgc_gpu_dense_vector> v(R);
     for (int r = 0; r < R; r++) {
-        if (dgc_gpu_dense_view(S.gs[r], S.dout[r], S.c.dtype, &v[r])) {
-            snprintf(err, errlen, "dgc_gpu_dense_view refused rank %d's state", r);
+        if (dgc_gpu_dense_view(S.gs[r], S.dout[r], t, &v[r]) || v[r].type != t) {
+            snprintf(err, errlen, "dgc_gpu_dense_view refused rank %d's state, or not in the buffer's type", r);
             return false;
         }
-        if (dgc_gpu_dense_scatter(S.gs[r], S.dout[r], S.c.dtype, &p, (dgc_cuda_stream)S.st, err, errlen)) return false;
+        if (dgc_gpu_dense_scatter(S.gs[r], S.dout[r], t, &p, (dgc_cuda_stream)S.st, err, errlen)) return false;
     }
-    const uint64_t body = v[0].block * (uint64_t)R;
-    std::vector<std::vector<float>> hv(R, std::vector<float>(body + (uint64_t)R));
+    const uint64_t body = v[0].block * (uint64_t)R, all = body + (uint64_t)R;
+    std::vector<std::vector<uint8_t>> raw(R, std::vector<uint8_t>(all * e));
     for (int r = 0; r < R; r++) {
-        CK(cudaMemcpyAsync(hv[r].data(), v[r].body, body * sizeof(float), cudaMemcpyDeviceToHost, S.st));
-        CK(cudaMemcpyAsync(hv[r].data() + body, v[r].spare, R * sizeof(float), cudaMemcpyDeviceToHost, S.st));
+        CK(cudaMemcpyAsync(raw[r].data(), v[r].body, body * e, cudaMemcpyDeviceToHost, S.st));
+        CK(cudaMemcpyAsync(raw[r].data() + body * e, v[r].spare, R * e, cudaMemcpyDeviceToHost, S.st));
     }
     CK(cudaStreamSynchronize(S.st));
-    std::vector<float> sum = hv[0];
-    for (int r = 1; r < R; r++)
-        for (size_t i = 0; i < sum.size(); i++) sum[i] = sum[i] + hv[r][i];
+    std::vector<std::vector<uint32_t>> hv(R, std::vector<uint32_t>(all));
+    for (int r = 0; r < R; r++)
+        for (uint64_t i = 0; i < all; i++) {
+            uint32_t b = 0;
+            memcpy(&b, raw[r].data() + i * e, e);
+            hv[r][i] = b;
+        }
+    const std::vector<uint32_t> sum = rank_order_sum(t, hv);
+    std::vector<uint8_t> out(all * e);
+    for (uint64_t i = 0; i < all; i++) memcpy(out.data() + i * e, &sum[i], e);
     for (int q = 0; q < R; q++) {
-        CK(cudaMemcpyAsync(v[q].body, sum.data(), body * sizeof(float), cudaMemcpyHostToDevice, S.st));
-        CK(cudaMemcpyAsync(v[q].spare, sum.data() + body, R * sizeof(float), cudaMemcpyHostToDevice, S.st));
+        CK(cudaMemcpyAsync(v[q].body, out.data(), body * e, cudaMemcpyHostToDevice, S.st));
+        CK(cudaMemcpyAsync(v[q].spare, out.data() + body * e, R * e, cudaMemcpyHostToDevice, S.st));
         for (int r = 0; r < R; r++)
             CK(cudaMemcpyAsync((char *)dgc_gpu_gathered(S.gs[q]) + (size_t)r * sizeof(dgc_wire_header),
                                dgc_gpu_payload(S.gs[r]), sizeof(dgc_wire_header), cudaMemcpyDeviceToDevice, S.st));
     }
-    CK(cudaStreamSynchronize(S.st)); /* sum lives on this stack */
+    CK(cudaStreamSynchronize(S.st)); /* out lives on this stack */
     return true;
+}
+
+/* The host's side of a 16-bit dense sum: each rank's pairs (from its plain
+ * payload, already rounded to the type) written into a zero vector of the
+ * type, the vectors summed in rank order, widened to fp32. */
+std::vector<float> host_dense_sum16(dgc_gpu_dtype t, const std::vector<uint8_t> &gathered, int R, uint64_t n,
+                                    uint64_t k) {
+    const size_t wb = dgc_wire_bytes(k);
+    std::vector<std::vector<uint32_t>> hv(R, std::vector<uint32_t>(n, 0));
+    for (int r = 0; r < R; r++) {
+        const uint8_t *pl = gathered.data() + (size_t)r * wb;
+        for (uint64_t j = 0; j < k; j++) {
+            uint32_t i;
+            float x;
+            memcpy(&i, pl + sizeof(dgc_wire_header) + 4 * j, 4);
+            memcpy(&x, pl + sizeof(dgc_wire_header) + 4 * k + 4 * j, 4);
+            if (i == 0 && bits_of(x) == 0) continue; /* padding */
+            hv[r][i] = add_in(t, hv[r][i], to_dtype_bits(x, t));
+        }
+    }
+    const std::vector<uint32_t> sum = rank_order_sum(t, hv);
+    std::vector<float> out(n);
+    for (uint64_t i = 0; i < n; i++) out[i] = from_dtype_bits(sum[i], t);
+    return out;
 }
 
 /* One call on every simulated rank, GPU and host, and the comparison.
@@ -609,6 +661,22 @@ int run_step(sim &S, uint64_t step, int poison_rank = -1, uint64_t poison_index 
     if (res == DGC_DECODE_BAD) {
         fail("host decode of the GPU payloads: %s (%s)", err, what.c_str());
         return STEP_FAIL;
+    }
+    if (res == DGC_DECODE_OK && dense && c.dtype != DGC_GPU_F32) {
+        /* The pairs were rounded to the type: the fp32 sum of two ranks'
+         * would differ from the 16-bit one only past rounding; here it is
+         * what the device must have summed. */
+        for (int r = 0; r < R; r++) {
+            const float *val = reinterpret_cast<const float *>(gathered.data() + (size_t)r * wb +
+                                                                sizeof(dgc_wire_header) + 4 * k);
+            for (uint64_t j = 0; j < k; j++)
+                if (!isfinite(val[j]) || from_dtype_bits(to_dtype_bits(val[j], c.dtype), c.dtype) != val[j]) {
+                    fail("rank %d slot %llu: value %a is not on the %s grid of the 16-bit dense sum (%s)", r,
+                         (unsigned long long)j, (double)val[j], dname(c.dtype), what.c_str());
+                    return STEP_FAIL;
+                }
+        }
+        hout = host_dense_sum16(c.dtype, gathered, R, n, k);
     }
     if (res == DGC_DECODE_OK) {
         for (int r = 0; r < R; r++) dgc_commit(S.hs[r], &p);
