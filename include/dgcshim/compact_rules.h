@@ -21,13 +21,7 @@
 
 #include <stdint.h>
 
-#ifndef DGC_HOSTDEV
-#ifdef __CUDACC__
-#define DGC_HOSTDEV __host__ __device__ __forceinline__
-#else
-#define DGC_HOSTDEV static inline
-#endif
-#endif
+#include "dgcshim/hostdev.h"
 
 #define DGC_CX_HEADER_WORDS 4u /* the 32-byte dgc_wire_header */
 #define DGC_CX_COUNT_MASK ((UINT64_C(1) << 40) - 1u)

@@ -13,13 +13,7 @@
 
 #include <stdint.h>
 
-#ifndef DGC_HOSTDEV
-#ifdef __CUDACC__
-#define DGC_HOSTDEV __host__ __device__ __forceinline__
-#else
-#define DGC_HOSTDEV static inline
-#endif
-#endif
+#include "dgcshim/hostdev.h"
 
 #define DGC_SUM_F16_MAX_BITS 0x477fe000u  /* 65504, binary16's largest finite, as fp32 bits */
 #define DGC_SUM_F16_MIN_NORMAL 0x38800000u /* 2^-14, its smallest normal */

@@ -11,11 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#ifdef __CUDACC__
-#define DGC_HOSTDEV __host__ __device__ __forceinline__
-#else
-#define DGC_HOSTDEV static inline
-#endif
+#include "dgcshim/hostdev.h"
 
 /* The rules as expressions, so that one text serves plain floats (the CUDA
  * kernels, the host's scalar tail) and GCC vector types (the host's SIMD
