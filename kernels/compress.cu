@@ -41,6 +41,7 @@ __global__ void __launch_bounds__(kThreads) init_kernel(scratch *sc, float *v2, 
     b->hist[threadIdx.x] = 0;
     if (threadIdx.x != 0) return;
     sc->nonfinite = 0;
+    sc->sum_nonfinite = 0;
     sc->ncand = 0;
     sc->gt_fill = 0;
     sc->tie_fill = 0;
@@ -351,7 +352,7 @@ __global__ void __launch_bounds__(kThreads) scale_kernel(scratch *sc, const floa
  * 32-bit values: what was sent is gone). */
 __global__ void __launch_bounds__(kThreads) pack_kernel(scratch *sc, const uint32_t *keys, float *vals, void *payload,
                                                         uint64_t step, uint64_t n, uint64_t k, int round16,
-                                                        unsigned sum_type) {
+                                                        unsigned sum_type, uint32_t limit) {
     const unsigned int nonfinite = sc->nonfinite;
     const uint64_t nsel = nonfinite ? 0 : sc->sel.nsel;
     const int e = round16 ? dgc_cx_scale16_of_max(sc->max_abs) : 0;
@@ -371,7 +372,7 @@ __global__ void __launch_bounds__(kThreads) pack_kernel(scratch *sc, const uint3
         const bool real = s < nsel;
         float x = real ? vals[s] : 0.0f, r = x;
         const uint32_t u = __float_as_uint(x);
-        if (sum_type != DGC_SUM_F32 && dgc_cx_finite(u)) r = __uint_as_float(dgc_sum_round_bits(u, sum_type));
+        if (sum_type != DGC_SUM_F32 && dgc_cx_finite(u)) r = __uint_as_float(dgc_sum_round_bits(u, sum_type, limit));
         else if (round16 && dgc_cx_finite(u)) r = __uint_as_float(dgc_cx_round16_bits(u, e));
         idx[s] = real ? keys[s] : 0u;
         val[s] = r;
@@ -514,7 +515,8 @@ extern "C" int dgc_gpu_compress(dgc_gpu_state *s, const void *g, void *out, dgc_
         CHECK("launching the payload's scale");
     }
     pack_kernel<<<grid_for(k, s->sms, 4), kThreads, 0, st>>>(sc, dk.Current(), dv.Current(), s->payload, p->step, n,
-                                                             k, round16, p->sum_type);
+                                                             k, round16, p->sum_type,
+                                                             dgc_sum_limit_bits(p->sum_type, p->nranks));
     CHECK("launching the payload's packing");
     return 0;
 }

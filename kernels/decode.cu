@@ -83,6 +83,17 @@ __global__ void finalize_kernel(const char *gathered, int nranks, uint64_t step,
     const unsigned long long key = sc->bad_key, code = sc->code_bad_key;
     sc->bad_key = kNoBad; /* ready for the next call */
     sc->code_bad_key = kNoBad;
+    /* A failed rank drops the step before any slot or code is looked at,
+     * unless some header is bad: headers are all a rank without state can
+     * check, and it must decide as this one does (invariant 3). */
+    const size_t stride = dgc_wire_bytes_device(k);
+    bool nonfinite;
+    const int first_failed = scan_flags(gathered, stride, nranks, &nonfinite);
+    if (first_failed >= 0 && !any_header_fault(gathered, stride, nranks, step, n, k)) {
+        sc->dec_mode = DEC_NAN;
+        report_dropped(rep, first_failed, state_count);
+        return;
+    }
     if (code != kNoBad && (key == kNoBad || (code >> 40) <= (key >> kSlotBits))) {
         /* A compact code at fault, at a rank no higher than any plain fault:
          * what it expanded into means nothing. */
@@ -102,8 +113,6 @@ __global__ void finalize_kernel(const char *gathered, int nranks, uint64_t step,
         report_bad(rep, why ? why : (unsigned)DGC_GPU_BAD_ORDER, r, s ? s - 1 : 0, value, step);
         return;
     }
-    bool nonfinite;
-    const int first_failed = scan_flags(gathered, dgc_wire_bytes_device(k), nranks, &nonfinite);
     if (first_failed >= 0 || nonfinite) {
         sc->dec_mode = DEC_NAN;
         report_dropped(rep, first_failed, state_count);
@@ -188,7 +197,8 @@ __global__ void __launch_bounds__(kThreads) average_kernel(float *out, uint64_t 
 
 /* fp16/bf16: out from the accumulator (rounded to nearest), divided first
  * when averaging; NaN for a dropped step; zero for a bad one (the
- * accumulator was zeroed by the compression and nothing was added). */
+ * accumulator was zeroed, by the compression or by the dense transport's
+ * widening, and nothing was added). */
 template <int DT>
 __global__ void __launch_bounds__(kThreads) convert_kernel(void *out, const float *acc, uint64_t n, int average,
                                                            float nr, const scratch *sc) {

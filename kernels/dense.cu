@@ -18,7 +18,8 @@
  *   decide      one thread: every header checked, the flags read
  *   tail in     v[block * nranks ..] = spare
  *   clear       fp32: v = 0 for a bad header (the all-gather's decode
- *               leaves zero); 16-bit: widen, acc = v, or 0 for a bad header
+ *               leaves zero); 16-bit: widen, acc = v, or 0 for a bad header,
+ *               and a sum that overflowed drops the step (NaN, no commit)
  *   nan         out = NaN for a failed or non-finite rank (fp32; the
  *               conversion does it for the 16-bit types) */
 #include <stdio.h>
@@ -65,12 +66,28 @@ __global__ void __launch_bounds__(kThreads) clear_kernel(float *v, uint64_t n, c
 }
 
 /* A 16-bit sum into the fp32 accumulator (exact), or zero for a bad step;
- * for a dropped one the conversion writes NaN whatever acc holds. */
+ * for a dropped one the conversion writes NaN whatever acc holds. A sum
+ * that overflowed (the clamp of sum_rules.h keeps it from doing so up to
+ * 1024 ranks) is noted, for sum_verdict_kernel. */
 template <int DT>
-__global__ void __launch_bounds__(kThreads) widen_kernel(const void *v, float *acc, uint64_t n, const scratch *sc) {
+__global__ void __launch_bounds__(kThreads) widen_kernel(const void *v, float *acc, uint64_t n, scratch *sc) {
     const bool bad = sc->dec_mode == DEC_BAD;
-    for (uint64_t i = blockIdx.x * (uint64_t)kThreads + threadIdx.x; i < n; i += (uint64_t)gridDim.x * kThreads)
-        acc[i] = bad ? 0.0f : elem<DT>::load(v, i);
+    bool inf = false;
+    for (uint64_t i = blockIdx.x * (uint64_t)kThreads + threadIdx.x; i < n; i += (uint64_t)gridDim.x * kThreads) {
+        const float x = bad ? 0.0f : elem<DT>::load(v, i);
+        inf |= !isfinite(x);
+        acc[i] = x;
+    }
+    if (inf) atomicOr(&sc->sum_nonfinite, 1u);
+}
+
+/* An overflowed sum drops the step as a non-finite gradient does: NaN out,
+ * nothing committed (what was selected stays in the residual), counted.
+ * Every rank holds the same sum, so every rank decides alike. */
+__global__ void sum_verdict_kernel(scratch *sc, dgc_gpu_report *rep, unsigned long long *state_count) {
+    if (!sc->sum_nonfinite || sc->dec_mode != DEC_OK) return;
+    sc->dec_mode = DEC_NAN;
+    report_dropped(rep, -1, state_count);
 }
 
 } // namespace
@@ -175,6 +192,8 @@ extern "C" int dgc_gpu_decode_dense(dgc_gpu_state *s, void *out, dgc_gpu_dtype d
         if (dtype == DGC_GPU_F16) widen_kernel<DGC_GPU_F16><<<grid, kThreads, 0, st>>>(out, acc, n, sc);
         else widen_kernel<DGC_GPU_BF16><<<grid, kThreads, 0, st>>>(out, acc, n, sc);
         CHECK("launching the widening of the 16-bit sum");
+        sum_verdict_kernel<<<1, 1, 0, st>>>(sc, rep, s->nonfinite_dev);
+        CHECK("launching the 16-bit sum's verdict");
     }
     return launch_decode_tail(s, out, acc, dtype, p, keep ? PREV_DENSE : PREV_NONE, average, p->k, st, err, errlen);
 }

@@ -62,6 +62,16 @@ __device__ __forceinline__ void report_dropped(dgc_gpu_report *rep, int first_fa
     }
 }
 
+/* Whether some header does not fit this call. */
+__device__ __forceinline__ bool any_header_fault(const char *base, size_t stride, int nranks, uint64_t step,
+                                                 uint64_t n, uint64_t k) {
+    for (int r = 0; r < nranks; r++) {
+        unsigned long long value;
+        if (header_fault(header_at(base, r, stride), step, n, k, &value)) return true;
+    }
+    return false;
+}
+
 /* Lowest rank flagged FAILED (-1: none); *nonfinite when some is NONFINITE. */
 __device__ __forceinline__ int scan_flags(const char *base, size_t stride, int nranks, bool *nonfinite) {
     int first_failed = -1;

@@ -87,6 +87,7 @@ struct scratch {
     unsigned int clip_done;  /* blocks finished in the sum of squares */
     unsigned int nonfinite;  /* some updated v is Inf or NaN */
     int dec_mode;            /* DEC_* of this call's decode */
+    unsigned int sum_nonfinite; /* a 16-bit dense sum held Inf or NaN */
     unsigned long long ncand;     /* candidates seen (may exceed the room) */
     unsigned long long gt_fill;   /* slots taken by values above t */
     unsigned long long tie_fill;  /* slots taken by ties (when all ties go) */

@@ -326,14 +326,14 @@ static int select_candidates(dgc_state *s, uint64_t ncand, uint64_t k) {
     return 0;
 }
 
-/* x rounded to the 16-bit type of its sum (sum_rules.h); x itself when
- * it is not finite (only a non-finite step has such values, and it commits
- * nothing). */
-static float sum_rounded(float x, unsigned type) {
+/* x rounded to the 16-bit type of its sum and clamped to limit
+ * (sum_rules.h); x itself when it is not finite (only a non-finite step has
+ * such values, and it commits nothing). */
+static float sum_rounded(float x, unsigned type, uint32_t limit) {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
     if ((u & 0x7f800000u) == 0x7f800000u) return x;
-    u = dgc_sum_round_bits(u, type);
+    u = dgc_sum_round_bits(u, type, limit);
     memcpy(&x, &u, sizeof x);
     return x;
 }
@@ -347,7 +347,8 @@ static void pack(dgc_state *s, const dgc_step_params *p, uint32_t flags, void *p
      * compact encoding carries it once, and it keeps the largest value's 11
      * significant bits. */
     if (p->sum_type != DGC_SUM_F32) { /* summed in a 16-bit type: rounded to it instead */
-        for (uint64_t j = 0; j < s->nsel; j++) val[j] = sum_rounded(s->cand_val[j], p->sum_type);
+        const uint32_t limit = dgc_sum_limit_bits(p->sum_type, p->nranks);
+        for (uint64_t j = 0; j < s->nsel; j++) val[j] = sum_rounded(s->cand_val[j], p->sum_type, limit);
     } else {
         const int scale = p->value_bits == 16 ? dgc_compact_scale16(s->cand_val, s->nsel) : 0;
         dgc_compact_values(s->cand_val, s->nsel, p->value_bits, scale, val); /* what every rank will add */

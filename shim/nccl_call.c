@@ -21,8 +21,8 @@
  *   - a rank without state (no device memory, over DGC_MAX_STATE_MB) sends a
  *     header flagged DGC_WIRE_FAILED from exchange memory of the call's own
  *     (stream-ordered where the device has memory pools); the device then
- *     makes the step a no-op with NaN output on every rank and counts it in
- *     the communicator's report;
+ *     makes the step a no-op with NaN output on every rank (zero when some
+ *     header is bad too) and counts it in the communicator's report;
  *   - errors the device finds (a failed rank, a bad payload) reach the host
  *     through that report, read without waiting at the start of every
  *     compressed call: the call is enqueued as usual, then returns
@@ -102,7 +102,8 @@ static ncclResult_t news(dgc_comm *c) {
     }
     uint64_t nonfinite = r->nonfinite;
     if (nonfinite != x->nonfinite_seen) {
-        DGC_INFO("%llu step(s) held Inf/NaN on some rank: output set to NaN, residual and momentum kept as they were",
+        DGC_INFO("%llu step(s) held Inf/NaN on some rank (or overflowed in a 16-bit sum): output set to NaN, residual "
+                 "and momentum kept as they were",
                  (unsigned long long)(nonfinite - x->nonfinite_seen));
         x->nonfinite_seen = nonfinite;
     }
@@ -145,17 +146,17 @@ static cudaError_t exchange_alloc(dgc_nccl_call *k, size_t bytes) {
     return e;
 }
 
-/* Exchange memory of a flagged call: its header and every rank's, then,
- * by the dense transport, the spare (nranks elements: nranks floats hold
- * them in any type). The dense sum runs on the output itself: the step
- * fails everywhere, so what it holds does not matter, and its NaN comes
- * after. */
 /* One payload as the call's exchange sends it: the compact one by the
  * all-gather, the 32-byte header alone by the dense transport. */
 static size_t sent_bytes(const dgc_nccl_call *k) {
     return k->dense ? sizeof(dgc_wire_header) : (size_t)k->tb.payload;
 }
 
+/* Exchange memory of a flagged call: its header and every rank's, then,
+ * by the dense transport, the spare (nranks elements: nranks floats hold
+ * them in any type). The dense sum runs on the output itself: the step
+ * fails everywhere, so what it holds does not matter, and its NaN comes
+ * after. */
 static size_t flagged_bytes(const dgc_nccl_call *k) {
     const size_t r = (size_t)k->c->nranks;
     return sent_bytes(k) * (1 + r) + (k->dense ? sizeof(float) * r : 0);

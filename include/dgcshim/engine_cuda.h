@@ -153,7 +153,10 @@ int dgc_gpu_encode(dgc_gpu_state *s, const dgc_step_params *p, dgc_cuda_stream s
  * Inf or NaN. With p->value_bits 16 the values are rounded to the binary16
  * grid of one scale per payload (dgc_compact_value, dgc_compact_scale16, as
  * the host engine rounds them), and the commit leaves what rounding lost in
- * the residual (error feedback). Sets out (n elements of dtype; may be g) to zero, or the fp32
+ * the residual (error feedback); with p->sum_type (the dense transport of a
+ * 16-bit buffer: it must be dgc_gpu_sum_type_of(dtype), else the call is
+ * refused) they are rounded and clamped for that type's sum instead
+ * (sum_rules.h). Sets out (n elements of dtype; may be g) to zero, or the fp32
  * accumulator when dtype is not fp32, as the update streams past.
  * p->k must not exceed the shape's k. dgc_gpu_decode must get the same out
  * (fp32: it adds into what this call zeroed). Returns 0, or -1 when a launch

@@ -4,10 +4,10 @@
  *
  * Integer arithmetic on the bits, as in compact_rules.h, so that no rounding
  * mode and no device can make the host and the GPU disagree: to nearest,
- * ties to even, and clamped to the type's largest finite value, so that a
- * rank never sends an infinity its gradient did not hold. What rounding and
- * the clamp lose stays in the residual (error feedback), as with the
- * compact payload's 16-bit values. */
+ * ties to even, and clamped (dgc_sum_limit_bits) so that the sum of the
+ * ranks' values cannot overflow where the gradients did not. What rounding
+ * and the clamp lose stays in the residual (error feedback), as with the
+ * compact payload's 16-bit values, and goes in later steps. */
 #ifndef DGCSHIM_SUM_RULES_H
 #define DGCSHIM_SUM_RULES_H
 
@@ -27,6 +27,16 @@ DGC_HOSTDEV uint32_t dgc_sum_round_drop(uint32_t a, unsigned drop) {
     return (a + half + ((a >> drop) & 1u)) & keep;
 }
 
+/* q 2^-24 as fp32 bits, for a q of at most 24 significant bits (binary16's
+ * quantum is 2^-24, so binary16 values are whole numbers of it). */
+DGC_HOSTDEV uint32_t dgc_sum_quanta_bits(uint64_t q) {
+    if (q == 0) return 0;
+    unsigned top = 63;
+    while (!(q >> top)) top--;
+    const uint64_t m = top > 23 ? q >> (top - 23) : q << (23 - top); /* nothing lost: 24 bits at most */
+    return (uint32_t)(top + 103) << 23 | ((uint32_t)m & 0x7fffffu);
+}
+
 /* binary16's subnormal range, below 2^-14: multiples of 2^-24. a is the
  * magnitude of an fp32 below 2^-14, so its exponent field is at most 112. */
 DGC_HOSTDEV uint32_t dgc_sum_round_f16_tiny(uint32_t a) {
@@ -39,27 +49,43 @@ DGC_HOSTDEV uint32_t dgc_sum_round_f16_tiny(uint32_t a) {
     const uint32_t rem = mant & ((1u << sh) - 1u), halfq = 1u << (sh - 1);
     uint32_t q = mant >> sh;
     q += rem > halfq || (rem == halfq && (q & 1u));
-    if (q == 0) return 0;
-    /* q 2^-24 as fp32 bits: q has at most 11 bits (at most 1024) */
-    unsigned top = 31;
+    return dgc_sum_quanta_bits(q);
+}
+
+/* The largest magnitude one rank may send into a sum of nranks in type, as
+ * fp32 bits. For fp16 the largest binary16 value at most
+ * 65504 (2049 - N) / (2048 N): a sum of N values of at most L each, in any
+ * order and grouping, rounded at every step (unit roundoff u = 2^-11),
+ * stays within N L (1 + u)^(N-1) <= N L / (1 - (N-1) u) <= 65504, so it
+ * never overflows where the gradients did not. Past 1024 ranks the bound
+ * would soon leave nothing to send, so 65504 / (2N) there (at N = 1024 the
+ * two agree within 0.1%), and a sum that still overflows is caught after it
+ * (the step is dropped as non-finite). For bf16, its largest finite value:
+ * its range is fp32's, and a sum there overflows only from values near
+ * 10^38 (caught the same way). */
+DGC_HOSTDEV uint32_t dgc_sum_limit_bits(unsigned type, int nranks) {
+    if (type == 2u) return DGC_SUM_BF16_MAX_BITS; /* DGC_SUM_BF16 */
+    if (type != 1u) return 0x7f7fffffu;           /* fp32: FLT_MAX, no limit */
+    const uint64_t N = (uint64_t)(nranks > 1 ? nranks : 1), max = UINT64_C(2047) << 29; /* 65504 in quanta */
+    uint64_t q = N <= 1024 ? max * (2049 - N) / (2048 * N) : max / (2 * N);
+    unsigned top = 63;
     while (!(q >> top)) top--;
-    return (uint32_t)(top + 103) << 23 | ((q << (23 - top)) & 0x7fffffu);
+    if (top > 10) q &= ~((UINT64_C(1) << (top - 10)) - 1u); /* down to 11 significant bits */
+    return dgc_sum_quanta_bits(q);
 }
 
 /* The fp32 bits of x (bits u, finite) rounded to type (DGC_SUM_F16 or
- * DGC_SUM_BF16); u itself for DGC_SUM_F32. */
-DGC_HOSTDEV uint32_t dgc_sum_round_bits(uint32_t u, unsigned type) {
+ * DGC_SUM_BF16) and clamped to limit (dgc_sum_limit_bits, a value on the
+ * type's grid); u itself for DGC_SUM_F32. */
+DGC_HOSTDEV uint32_t dgc_sum_round_bits(uint32_t u, unsigned type, uint32_t limit) {
     const uint32_t sign = u & 0x80000000u, a = u & 0x7fffffffu;
+    if (type == 0u) return u;
+    if (a >= limit) return sign | limit; /* below it, the nearest grid value is at most limit */
     if (type == 1u) { /* DGC_SUM_F16 */
-        if (a >= DGC_SUM_F16_MAX_BITS) return sign | DGC_SUM_F16_MAX_BITS;
         if (a >= DGC_SUM_F16_MIN_NORMAL) return sign | dgc_sum_round_drop(a, 13);
         return sign | dgc_sum_round_f16_tiny(a);
     }
-    if (type == 2u) { /* DGC_SUM_BF16: fp32's own exponent, so its subnormals too */
-        if (a >= DGC_SUM_BF16_MAX_BITS) return sign | DGC_SUM_BF16_MAX_BITS;
-        return sign | dgc_sum_round_drop(a, 16);
-    }
-    return u;
+    return sign | dgc_sum_round_drop(a, 16); /* DGC_SUM_BF16: fp32's own exponent, so its subnormals too */
 }
 
 #endif

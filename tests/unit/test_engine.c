@@ -557,7 +557,7 @@ Test(engine_values, sixteen_bits_one_scale_per_payload_rounding_kept_in_the_resi
  * each value is rounded to the type instead (DGC_VALUE_BITS aside), onto
  * its grid, within half its quantum (or clamped to its largest finite),
  * and the residual keeps the rest: residual + sent == the value. */
-static void run_sum_type(unsigned type, int digits, int min_exp, float max) {
+static void run_sum_type(unsigned type, int digits, int min_exp, int nranks, float max) {
     const size_t n = 4096;
     const uint64_t k = 64;
     dgc_state *s = dgc_state_create(n, 0);
@@ -570,6 +570,7 @@ static void run_sum_type(unsigned type, int digits, int min_exp, float max) {
     dgc_step_params p = plain_params(0, k, 1.0);
     p.value_bits = 16; /* ignored for the values: the sum's type rounds them */
     p.sum_type = type;
+    p.nranks = nranks; /* the fp16 limit falls with the ranks: their sum must not overflow */
     cr_assert_eq(dgc_compress(s, g, &p, payload), 0);
     cr_assert_eq(dgc_last_selected(s), k);
     const uint32_t *idx = dgc_wire_indices(payload);
@@ -606,11 +607,12 @@ static void run_sum_type(unsigned type, int digits, int min_exp, float max) {
 }
 
 Test(engine_values, fp16_sum_rounds_to_binary16_clamped_rest_in_the_residual) {
-    run_sum_type(DGC_SUM_F16, 11, -14, 65504.0f);
+    run_sum_type(DGC_SUM_F16, 11, -14, 1, 65504.0f);
+    run_sum_type(DGC_SUM_F16, 11, -14, 3, 21808.0f); /* 65504 * 2046 / 6144, down to the grid */
 }
 
 Test(engine_values, bf16_sum_rounds_to_bfloat16_rest_in_the_residual) {
-    run_sum_type(DGC_SUM_BF16, 8, -126, 0x1.fep127f);
+    run_sum_type(DGC_SUM_BF16, 8, -126, 4, 0x1.fep127f);
 }
 
 /* ---- conservation ---------------------------------------------------------------- */

@@ -39,12 +39,16 @@ static float reference(float x, int digits, int min_exp, double max) {
 }
 
 static float ref_f16(float x) { return reference(x, 11, -14, 65504.0); }
+/* As a 16-bit addition's result: rounded, and Inf from 65520 on (the
+ * midpoint to 2^16, which ties to even, upwards). */
+static float ref_f16_inf(float x) { return fabsf(x) >= 65520.0f ? copysignf(INFINITY, x) : ref_f16(x); }
 static float ref_bf16(float x) { return reference(x, 8, -126, (double)from_bits(DGC_SUM_BF16_MAX_BITS)); }
 
 static void check(uint32_t u) {
     const float x = from_bits(u);
     if (!isfinite(x)) return;
-    const float h = from_bits(dgc_sum_round_bits(u, DGC_SUM_F16)), want_h = ref_f16(x);
+    const uint32_t lh = dgc_sum_limit_bits(DGC_SUM_F16, 1), lb = dgc_sum_limit_bits(DGC_SUM_BF16, 1);
+    const float h = from_bits(dgc_sum_round_bits(u, DGC_SUM_F16, lh)), want_h = ref_f16(x);
     cr_assert(to_bits(h) == to_bits(want_h), "fp16 of %a (0x%08x): %a, reference %a", (double)x, u, (double)h,
               (double)want_h);
 #ifdef __FLT16_MAX__
@@ -52,10 +56,11 @@ static void check(uint32_t u) {
     float fc = isinf((float)c) ? copysignf(65504.0f, x) : (float)c;
     cr_assert(to_bits(h) == to_bits(fc), "fp16 of %a: %a, _Float16 %a", (double)x, (double)h, (double)fc);
 #endif
-    const float b = from_bits(dgc_sum_round_bits(u, DGC_SUM_BF16)), want_b = ref_bf16(x);
+    const float b = from_bits(dgc_sum_round_bits(u, DGC_SUM_BF16, lb)), want_b = ref_bf16(x);
     cr_assert(to_bits(b) == to_bits(want_b), "bf16 of %a (0x%08x): %a, reference %a", (double)x, u, (double)b,
               (double)want_b);
-    cr_assert_eq(dgc_sum_round_bits(u, DGC_SUM_F32), u, "fp32 leaves the value alone");
+    cr_assert_eq(dgc_sum_round_bits(u, DGC_SUM_F32, dgc_sum_limit_bits(DGC_SUM_F32, 8)), u,
+                 "fp32 leaves the value alone");
 }
 
 /* A million values spread over every fp32 encoding, both signs. */
@@ -78,16 +83,65 @@ Test(sum_rules, every_encoding_near_the_edges) {
         }
 }
 
+#define F16_ONE DGC_SUM_F16_MAX_BITS /* the limit of one rank: 65504 */
+#define BF16_MAX DGC_SUM_BF16_MAX_BITS
+
 /* A few by hand, so that a reference wrong the same way would show. */
 Test(sum_rules, by_hand) {
-    cr_assert_eq(from_bits(dgc_sum_round_bits(to_bits(1.0f + 0x1p-11f), DGC_SUM_F16)), 1.0f, "tie to even, down");
-    cr_assert_eq(from_bits(dgc_sum_round_bits(to_bits(1.0f + 0x3p-11f), DGC_SUM_F16)), 1.0f + 0x1p-9f, "tie, up");
-    cr_assert_eq(from_bits(dgc_sum_round_bits(to_bits(1e6f), DGC_SUM_F16)), 65504.0f, "clamped, not Inf");
-    cr_assert_eq(from_bits(dgc_sum_round_bits(to_bits(-1e6f), DGC_SUM_F16)), -65504.0f);
-    cr_assert_eq(from_bits(dgc_sum_round_bits(to_bits(0x1p-25f), DGC_SUM_F16)), 0.0f, "half a quantum: to 0");
-    cr_assert_eq(from_bits(dgc_sum_round_bits(to_bits(0x3p-26f), DGC_SUM_F16)), 0x1p-24f, "0.75 quantum: one");
-    cr_assert_eq(from_bits(dgc_sum_round_bits(to_bits(0x3p-25f), DGC_SUM_F16)), 0x1p-23f, "1.5 quanta: tie to 2");
-    cr_assert_eq(from_bits(dgc_sum_round_bits(to_bits(1.0f + 0x1p-8f), DGC_SUM_BF16)), 1.0f, "bf16 tie, down");
-    cr_assert_eq(from_bits(dgc_sum_round_bits(to_bits(FLT_MAX), DGC_SUM_BF16)), from_bits(DGC_SUM_BF16_MAX_BITS));
-    cr_assert_eq(dgc_sum_round_bits(0x80000000u, DGC_SUM_F16), 0x80000000u, "-0 stays -0");
+    const struct {
+        float x, want;
+        unsigned type;
+        const char *why;
+    } cases[] = {
+        {1.0f + 0x1p-11f, 1.0f, DGC_SUM_F16, "tie to even, down"},
+        {1.0f + 0x3p-11f, 1.0f + 0x1p-9f, DGC_SUM_F16, "tie to even, up"},
+        {1e6f, 65504.0f, DGC_SUM_F16, "clamped, not Inf"},
+        {-1e6f, -65504.0f, DGC_SUM_F16, "clamped, negative"},
+        {0x1p-25f, 0.0f, DGC_SUM_F16, "half a quantum: to 0"},
+        {0x3p-26f, 0x1p-24f, DGC_SUM_F16, "0.75 quantum: one"},
+        {0x3p-25f, 0x1p-23f, DGC_SUM_F16, "1.5 quanta: tie to 2"},
+        {1.0f + 0x1p-8f, 1.0f, DGC_SUM_BF16, "bf16 tie, down"},
+        {FLT_MAX, 0x1.fep127f, DGC_SUM_BF16, "bf16 clamped"},
+        {-0.0f, -0.0f, DGC_SUM_F16, "-0 stays -0"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const uint32_t got = dgc_sum_round_bits(to_bits(cases[i].x), cases[i].type,
+                                                cases[i].type == DGC_SUM_F16 ? F16_ONE : BF16_MAX);
+        cr_assert_eq(got, to_bits(cases[i].want), "%s: %a gives %a", cases[i].why, (double)cases[i].x,
+                     (double)from_bits(got));
+    }
+}
+
+/* The fp16 limit of N ranks: on binary16's grid, the largest there within
+ * 65504 (2049 - N) / (2048 N) (65504 / (2N) past 1024 ranks), and sums of
+ * N values within it, in 16-bit arithmetic rounded at every step, never
+ * overflow up to 1024 ranks: all equal to the limit (the worst case, since
+ * rounding is monotonic) and at random. */
+Test(sum_rules, fp16_limit_keeps_every_sum_finite) {
+    cr_assert_eq(dgc_sum_limit_bits(DGC_SUM_F16, 1), DGC_SUM_F16_MAX_BITS);
+    cr_assert_eq(dgc_sum_limit_bits(DGC_SUM_BF16, 64), DGC_SUM_BF16_MAX_BITS);
+    uint64_t seed = 7;
+    for (int N = 1; N <= 4096; N++) {
+        const float L = from_bits(dgc_sum_limit_bits(DGC_SUM_F16, N));
+        const double bound = N <= 1024 ? 65504.0 * (2049 - N) / (2048.0 * N) : 65504.0 / (2.0 * N);
+        cr_assert(ref_f16(L) == L && L <= bound, "N %d: limit %a off the grid or above %a", N, (double)L, bound);
+        int e;
+        frexpf(L, &e);
+        const float up = L + ldexpf(1.0f, e - 11); /* the next binary16 value: L is the largest */
+        cr_assert(up > bound, "N %d: the next binary16 value, %a, is within %a too", N, (double)up, bound);
+        if (N > 1024) continue;
+        for (int trial = 0; trial < 3; trial++) {
+            float sum = 0;
+            for (int r = 0; r < N; r++) {
+                float x = L;
+                if (trial) { /* random values within the limit, on the grid */
+                    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                    x = ref_f16((float)((double)(seed >> 11) / 9007199254740992.0) * 2 * L - L);
+                    if (trial == 2) x = fabsf(x);
+                }
+                sum = ref_f16_inf(sum + x); /* what a 16-bit reduction leaves: rounded, Inf past the range */
+                cr_assert(isfinite(sum), "N %d trial %d: the sum overflowed at rank %d", N, trial, r);
+            }
+        }
+    }
 }

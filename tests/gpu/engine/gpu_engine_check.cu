@@ -38,6 +38,7 @@
 
 #include "dgcshim/engine.h"
 #include "dgcshim/engine_cuda.h"
+#include "dgcshim/sum_rules.h"
 #include "dgcshim/wire.h"
 #include "dgcshim/wire_compact.h"
 
@@ -283,6 +284,7 @@ struct sim {
     uint64_t hprev_k = 0;                  /* their k (0: none kept as payloads) */
     std::vector<float> hprev_dense;        /* or its dense sum (a dense-transport step) */
     uint64_t kmax = 0;
+    int64_t poison_sum = -1;               /* dense_exchange: this element of the sum made Inf (16-bit) */
     bool ok = true;
 
     explicit sim(const config &cfg) : c(cfg) {
@@ -466,7 +468,8 @@ bool dense_exchange(sim &S, const dgc_step_params &p, char *err, size_t errlen) 
             memcpy(&b, raw[r].data() + i * e, e);
             hv[r][i] = b;
         }
-    const std::vector<uint32_t> sum = rank_order_sum(t, hv);
+    std::vector<uint32_t> sum = rank_order_sum(t, hv);
+    if (S.poison_sum >= 0) sum[(size_t)S.poison_sum] = to_dtype_bits(INFINITY, t); /* as an overflow leaves it */
     std::vector<uint8_t> out(all * e);
     for (uint64_t i = 0; i < all; i++) memcpy(out.data() + i * e, &sum[i], e);
     for (int q = 0; q < R; q++) {
@@ -657,7 +660,7 @@ int run_step(sim &S, uint64_t step, int poison_rank = -1, uint64_t poison_index 
      * path does: commit, compensation; the average and the conversion as
      * the GPU path defines them. */
     std::vector<float> hout(n);
-    const dgc_decode_result res = dgc_wire_decode(gathered.data(), R, step, n, k, hout.data(), err, sizeof err);
+    dgc_decode_result res = dgc_wire_decode(gathered.data(), R, step, n, k, hout.data(), err, sizeof err);
     if (res == DGC_DECODE_BAD) {
         fail("host decode of the GPU payloads: %s (%s)", err, what.c_str());
         return STEP_FAIL;
@@ -677,6 +680,9 @@ int run_step(sim &S, uint64_t step, int poison_rank = -1, uint64_t poison_index 
                 }
         }
         hout = host_dense_sum16(c.dtype, gathered, R, n, k);
+        if (S.poison_sum >= 0) hout[(size_t)S.poison_sum] = INFINITY;
+        for (uint64_t i = 0; i < n; i++) /* a sum that overflowed drops the step, as a non-finite gradient does */
+            if (!isfinite(hout[i])) res = DGC_DECODE_NONFINITE;
     }
     if (res == DGC_DECODE_OK) {
         for (int r = 0; r < R; r++) dgc_commit(S.hs[r], &p);
@@ -1329,8 +1335,30 @@ void case_nonfinite() {
         stateless_step(S, 3, true); /* the report's bad is sticky: after the failed step's checks */
         if (run_step(S, 3) == STEP_FAIL) fail("%s: the finite step after the failed ones does not match", dname(t));
     }
+    /* The dense transport of 16-bit buffers: a NaN in a gradient, then a
+     * sum that overflowed (made Inf in the exchange): each drops its step on
+     * every rank, NaN out, nothing committed, counted; then steps match. */
+    for (dgc_gpu_dtype t : {DGC_GPU_F16, DGC_GPU_BF16}) {
+        config c = base_config(20011, 0.01, 0.01, kVariants[1], 2, 450);
+        c.warmup = 0;
+        c.dtype = t;
+        c.gen = 1;
+        c.transport = TRANSPORT_DENSE;
+        sim S(c);
+        if (!S.ok || !must_match(S, 0) || !must_match(S, 1, 1, 17)) continue;
+        S.poison_sum = 20010; /* in the spare's part: n mod 2 = 1 */
+        const bool dropped = must_match(S, 2);
+        S.poison_sum = -1;
+        if (!dropped) continue;
+        for (int r = 0; r < 2; r++)
+            if (S.rep[r]->nonfinite != 2 || dgc_gpu_state_nonfinite(S.gs[r]) != 2)
+                fail("%s dense: rank %d counts %llu and %llu dropped steps, expected 2 (a NaN, an overflow)",
+                     dname(t), r, (unsigned long long)S.rep[r]->nonfinite,
+                     (unsigned long long)dgc_gpu_state_nonfinite(S.gs[r]));
+        if (!must_match(S, 3)) continue;
+    }
     printf("%s gpu.engine.nonfinite: NaN in one rank (fp32, bf16), a failed rank, one beside a bad header, then "
-           "finite steps\n",
+           "finite steps; fp16/bf16 by the dense transport: a NaN, an overflowed sum\n",
            verdict());
 }
 
@@ -1365,11 +1393,58 @@ struct named_case {
     const char *name;
     void (*run)(void);
 };
+/* The rounding of values to a 16-bit sum's type (sum_rules.h) on the
+ * device, bit for bit against the host's (which unit.test_sum_rules holds
+ * to its references): a million values over every fp32 encoding and every
+ * encoding near binary16's edges, at the limits of 1, 3 and 1000 ranks. */
+__global__ void sum_round_kernel(const uint32_t *in, uint32_t *out, size_t count, unsigned type, uint32_t limit) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = dgc_sum_round_bits(in[i], type, limit);
+}
+
+void case_sum_rules() {
+    std::vector<uint32_t> in;
+    for (uint64_t u = 0; u < (1ull << 32); u += 4093)
+        if ((u & 0x7f800000u) != 0x7f800000u) in.push_back((uint32_t)u);
+    for (uint32_t edge : {0x477fe000u, 0x477ff000u, 0x38800000u, 0x33800000u, 0x33000000u, 0x7f7f0000u, 1u})
+        for (int64_t d = -5000; d <= 5000; d++) {
+            const int64_t u = (int64_t)edge + d;
+            if (u >= 0 && u <= 0x7f7fffff) in.push_back((uint32_t)u), in.push_back((uint32_t)u | 0x80000000u);
+        }
+    uint32_t *din = nullptr, *dout = nullptr;
+    CK(cudaMalloc(&din, in.size() * 4));
+    CK(cudaMalloc(&dout, in.size() * 4));
+    CK(cudaMemcpy(din, in.data(), in.size() * 4, cudaMemcpyHostToDevice));
+    std::vector<uint32_t> got(in.size());
+    int checked = 0;
+    for (unsigned type : {(unsigned)DGC_SUM_F16, (unsigned)DGC_SUM_BF16})
+        for (int N : {1, 3, 1000}) {
+            const uint32_t limit = dgc_sum_limit_bits(type, N);
+            sum_round_kernel<<<256, 256>>>(din, dout, in.size(), type, limit);
+            CK(cudaGetLastError());
+            CK(cudaMemcpy(got.data(), dout, in.size() * 4, cudaMemcpyDeviceToHost));
+            for (size_t i = 0; i < in.size(); i++) {
+                const uint32_t want = dgc_sum_round_bits(in[i], type, limit);
+                if (got[i] != want) {
+                    fail("type %u, %d ranks: 0x%08x rounds to 0x%08x on the device, 0x%08x on the host", type, N,
+                         in[i], got[i], want);
+                    break;
+                }
+            }
+            checked++;
+        }
+    CK(cudaFree(din));
+    CK(cudaFree(dout));
+    printf("%s gpu.engine.sum_rules: %zu values, %d types and rank counts, device against host\n", verdict(),
+           in.size(), checked);
+}
+
 const named_case kCases[] = {
     {"against_host", case_against_host}, {"half_inputs", case_half_inputs}, {"determinism", case_determinism},
     {"bad_payloads", case_bad_payloads}, {"nonfinite", case_nonfinite},     {"overflow", case_overflow},
     {"large", case_large},                   {"dense_transport", case_dense_transport},
     {"compact", case_compact},              {"compact_fuzz", case_compact_fuzz},
+    {"sum_rules", case_sum_rules},
 };
 
 } // namespace
