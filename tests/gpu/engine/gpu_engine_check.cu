@@ -442,7 +442,7 @@ std::vector<uint32_t> rank_order_sum(dgc_gpu_dtype t, const std::vector<std::vec
  * runs it: each rank's pairs scattered, its header all-gathered, the
  * vectors (blocks and spare, in the buffer's type) summed in rank order
  * and the sum copied back into every rank's vector. */
-bool dense_exchange(sim &S, const dgc_step_params &p, char *err, size_t errlen) {
+bool dense_exchange(sim &S, const dgc_step_params &p, bool damage_header, char *err, size_t errlen) {
     const int R = S.c.nranks;
     const dgc_gpu_dtype t = S.c.dtype;
     const size_t e = dsize(t);
@@ -478,6 +478,8 @@ bool dense_exchange(sim &S, const dgc_step_params &p, char *err, size_t errlen) 
         for (int r = 0; r < R; r++)
             CK(cudaMemcpyAsync((char *)dgc_gpu_gathered(S.gs[q]) + (size_t)r * sizeof(dgc_wire_header),
                                dgc_gpu_payload(S.gs[r]), sizeof(dgc_wire_header), cudaMemcpyDeviceToDevice, S.st));
+        if (damage_header) /* rank 1's magic, 0 in every rank's copy */
+            CK(cudaMemsetAsync((char *)dgc_gpu_gathered(S.gs[q]) + sizeof(dgc_wire_header), 0, 4, S.st));
     }
     CK(cudaStreamSynchronize(S.st)); /* out lives on this stack */
     return true;
@@ -536,7 +538,7 @@ int run_step(sim &S, uint64_t step, int poison_rank = -1, uint64_t poison_index 
         }
     const bool dense = dense_at(c, step);
     if (dense) {
-        if (!dense_exchange(S, p, err, sizeof err)) {
+        if (!dense_exchange(S, p, corrupt, err, sizeof err)) {
             fail("dense transport: %s (%s)", err, what.c_str());
             return STEP_FAIL;
         }
@@ -637,18 +639,21 @@ int run_step(sim &S, uint64_t step, int poison_rank = -1, uint64_t poison_index 
         }
     }
     if (corrupt) { /* every rank rejected rank 1's payload: output zero, no state changed, the report says why */
+        /* the sparse all-gather: the count word's reserved bits (fault 1); the
+         * dense transport: the header's magic, 0 */
+        const unsigned want_bad = dense ? (unsigned)DGC_GPU_BAD_MAGIC : (unsigned)DGC_GPU_BAD_CODE;
+        const unsigned long long want_value = dense ? 0 : 1;
         for (int r = 0; r < R; r++) dgc_discard(S.hs[r]);
         for (int q = 0; q < R; q++) {
             for (uint64_t i = 0; i < n; i++)
                 if (out[q].get(i) != 0) {
-                    fail("rank %d output[%llu] = 0x%x after a bad compact payload, expected 0 (%s)", q,
+                    fail("rank %d output[%llu] = 0x%x after a bad payload, expected 0 (%s)", q,
                          (unsigned long long)i, out[q].get(i), what.c_str());
                     return STEP_FAIL;
                 }
-            if (S.rep[q]->bad != DGC_GPU_BAD_CODE || S.rep[q]->bad_rank != 1 || S.rep[q]->bad_value != 1) {
-                fail("rank %d report: bad %u rank %d value %llu, expected %d (a compact code) from rank 1, fault 1 "
-                     "(the count word) (%s)",
-                     q, S.rep[q]->bad, S.rep[q]->bad_rank, (unsigned long long)S.rep[q]->bad_value, DGC_GPU_BAD_CODE,
+            if (S.rep[q]->bad != want_bad || S.rep[q]->bad_rank != 1 || S.rep[q]->bad_value != want_value) {
+                fail("rank %d report: bad %u rank %d value %llu, expected %u from rank 1, value %llu (%s)", q,
+                     S.rep[q]->bad, S.rep[q]->bad_rank, (unsigned long long)S.rep[q]->bad_value, want_bad, want_value,
                      what.c_str());
                 return STEP_FAIL;
             }
@@ -1356,9 +1361,13 @@ void case_nonfinite() {
                      dname(t), r, (unsigned long long)S.rep[r]->nonfinite,
                      (unsigned long long)dgc_gpu_state_nonfinite(S.gs[r]));
         if (!must_match(S, 3)) continue;
+        /* A bad header (rank 1's magic): zero out on every rank (the widening's
+         * zero), nothing committed; the next step builds on the old state. */
+        if (run_step(S, 4, -1, 0, true) != STEP_OK || !must_match(S, 5))
+            fail("%s dense: the bad header, or the step after it, does not match", dname(t));
     }
     printf("%s gpu.engine.nonfinite: NaN in one rank (fp32, bf16), a failed rank, one beside a bad header, then "
-           "finite steps; fp16/bf16 by the dense transport: a NaN, an overflowed sum\n",
+           "finite steps; fp16/bf16 by the dense transport: a NaN, an overflowed sum, a bad header\n",
            verdict());
 }
 
