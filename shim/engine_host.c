@@ -292,11 +292,22 @@ static int select_exact(dgc_state *s, uint64_t k) {
     if (fit((void **)&s->scratch, &s->scratch_cap, n, sizeof(float))) return -1;
     for (uint64_t i = 0; i < n; i++) s->scratch[i] = fabsf(s->v_next[i]);
     float t = dgc_topk_kth_largest(s->scratch, n, k - 1);
-    uint64_t c = 0;
-    for (uint64_t i = 0; i < n && c < k; i++) /* strictly above t: fewer than k */
-        if (fabsf(s->v_next[i]) > t) s->cand[c++] = (uint32_t)i;
-    for (uint64_t i = 0; i < n && c < k && t > 0; i++) /* then ties at t */
-        if (fabsf(s->v_next[i]) == t) s->cand[c++] = (uint32_t)i;
+    /* Every |v| above t (fewer than k) and the first ties at t that fit (none
+     * when t is 0), in one pass in index order: the compact encoding needs
+     * sorted indices, and a second pass for the ties would put them after
+     * larger values at higher indices. */
+    uint64_t above = 0, c = 0;
+    for (uint64_t i = 0; i < n; i++) above += fabsf(s->v_next[i]) > t;
+    uint64_t ties = t > 0 ? k - above : 0;
+    for (uint64_t i = 0; i < n && c < k; i++) {
+        const float a = fabsf(s->v_next[i]);
+        if (a > t) {
+            s->cand[c++] = (uint32_t)i;
+        } else if (a == t && ties) {
+            s->cand[c++] = (uint32_t)i;
+            ties--;
+        }
+    }
     for (uint64_t j = 0; j < c; j++) s->cand_val[j] = s->v_next[s->cand[j]];
     s->nsel = c;
     return 0;

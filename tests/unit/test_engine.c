@@ -60,8 +60,9 @@ static dgc_step_params plain_params(uint64_t step, uint64_t k, double sample_rat
     return p;
 }
 
-/* Checks the header, that the first nsel slots are distinct in-range indices
- * and the rest padding (index 0, value +0.0f); marks sent indices in sent[]. */
+/* Checks the header, that the first nsel slots are in-range indices in
+ * strictly increasing order (what the compact encoding needs) and the rest
+ * padding (index 0, value +0.0f); marks sent indices in sent[]. */
 static void check_payload_shape(void *payload, const dgc_step_params *p, uint64_t n, uint64_t nsel, uint32_t flags,
                                 unsigned char *sent) {
     dgc_wire_header *h = dgc_wire_header_of(payload);
@@ -77,6 +78,8 @@ static void check_payload_shape(void *payload, const dgc_step_params *p, uint64_
     if (sent) memset(sent, 0, n);
     for (uint64_t j = 0; j < nsel; j++) {
         cr_assert(idx[j] < n, "slot %llu: index %u >= n", (unsigned long long)j, idx[j]);
+        cr_assert(j == 0 || idx[j - 1] < idx[j], "slot %llu: index %u after %u", (unsigned long long)j, idx[j],
+                  idx[j - 1]);
         if (sent) {
             cr_assert(!sent[idx[j]], "index %u sent twice", idx[j]);
             sent[idx[j]] = 1;
@@ -450,6 +453,43 @@ Test(engine_select, ties_still_give_exactly_k_with_exact_threshold) {
         free(g);
         dgc_state_destroy(s);
     }
+}
+
+/* Ties at the k-th value when the candidates overflow their room (the exact
+ * fallback over the whole buffer), with a larger value after them: the
+ * ties go in index order with it, and the payload encodes compactly. Found
+ * by MPICH's allreduce tests run under the shim: all 1.0 but the last 2.0,
+ * and the encoder refused the unsorted pairs. */
+Test(engine_select, overflowing_ties_stay_in_index_order) {
+    const size_t n = 20000;
+    const uint64_t k = 20; /* room max(8k, 4096): every element is a candidate */
+    dgc_state *s = dgc_state_create(n, 0);
+    float *g = alloc_floats(n);
+    unsigned char *sent = malloc(n);
+    void *payload = alloc_payload(k);
+    cr_assert(s && sent);
+    for (size_t i = 0; i < n; i++) g[i] = 1.0f;
+    g[n - 1] = 2.0f;
+    for (double ratio = 1.0; ratio >= 0.01; ratio /= 100) {
+        dgc_step_params p = plain_params(0, k, ratio);
+        p.value_bits = 16;
+        cr_assert_eq(dgc_compress(s, g, &p, payload), 0);
+        cr_assert_eq(dgc_last_selected(s), k);
+        check_payload_shape(payload, &p, n, k, 0, sent);
+        check_sent_are_largest(payload, k, k, g, sent, n);
+        cr_assert(sent[n - 1], "the largest value was not sent");
+        for (size_t i = 0; i + 1 < k; i++) cr_assert(sent[i], "tie at %zu not taken first", i);
+        dgc_compact_layout L;
+        dgc_compact_layout_for(n, k, 16, &L);
+        unsigned char *compact = malloc(L.bytes);
+        cr_assert_eq(dgc_compact_encode(payload, &L, compact), 0, "ratio %g: the payload does not encode", ratio);
+        free(compact);
+        dgc_discard(s);
+    }
+    free(payload);
+    free(sent);
+    free(g);
+    dgc_state_destroy(s);
 }
 
 Test(engine_select, fewer_nonzeros_than_k_sends_just_those_and_pads) {
