@@ -4,6 +4,7 @@
  * checked against PMPI_Allreduce, which the shim does not intercept.
  *
  *   allreduce_check reference [options]   DGC result == independent reference
+ *                                         (--ties 1: gradients of many equal values)
  *   allreduce_check passthrough [--expect-compressed 0|1]
  *   allreduce_check drain [options]       conservation over many steps
  *   allreduce_check stats                 a 1M-element buffer for DGC_STATS
@@ -27,6 +28,7 @@ typedef struct {
     double sparsity, momentum, clip;
     int nesterov, masking, inplace, expect_compressed, inf, compensate;
     int misalign; /* bytes past float alignment of the send and receive buffers */
+    int ties;     /* gradients of ties: all 1.0 but the last element, 2 + rank */
     const char *dump;
     int value_bits; /* DGC_VALUE_BITS as the shim reads it: 16 (the default) or 32 */
 } options;
@@ -57,7 +59,10 @@ typedef struct {
 static const float *sort_key;
 static int by_magnitude_desc(const void *a, const void *b) {
     float x = fabsf(sort_key[*(const long *)a]), y = fabsf(sort_key[*(const long *)b]);
-    return x < y ? 1 : x > y ? -1 : 0;
+    /* Ties by index, lowest first: the shim's rule (at most k, the first
+     * ones in the buffer) */
+    long i = *(const long *)a, j = *(const long *)b;
+    return x < y ? 1 : x > y ? -1 : i < j ? -1 : i > j;
 }
 
 /* The scale of one payload's count values (tests/common/round16_ref.h). */
@@ -148,6 +153,18 @@ static void check_nonfinite(const float *out, long n, long step) {
         if (isfinite(out[i])) fail("step %ld: element %ld is finite (%g) after a non-finite gradient", step, i, out[i]);
 }
 
+/* Rank r's gradient at step s: the common one, or with --ties 1 so many
+ * equal values that they overflow the shim's candidate room and its exact
+ * fallback has to keep them in index order beside a larger one. */
+static void reference_grad(const options *o, float *g, int r, long s) {
+    if (!o->ties) {
+        fill_grad(g, r, s, o->n);
+        return;
+    }
+    for (long i = 0; i < o->n; i++) g[i] = 1.0f;
+    g[o->n - 1] = 2.0f + (float)r;
+}
+
 static void mode_reference(const options *o) {
     long n = o->n;
     ref_rank *st = calloc((size_t)nranks, sizeof *st);
@@ -168,7 +185,7 @@ static void mode_reference(const options *o) {
     long nonzero_steps = 0;
     for (long s = 0; s < o->steps; s++) {
         int bad = s == o->nonfinite_step;
-        fill_grad(g, rank, s, n);
+        reference_grad(o, g, rank, s);
         if (bad && rank == nranks - 1) g[n / 2] = o->inf ? INFINITY : NAN;
         if (o->inplace) {
             memcpy(recv, g, bytes);
@@ -186,7 +203,7 @@ static void mode_reference(const options *o) {
         memset(want, 0, (size_t)n * sizeof *want);
         memset(amag, 0, (size_t)n * sizeof *amag);
         for (int r = 0; r < nranks; r++) {
-            fill_grad(g, r, s, n);
+            reference_grad(o, g, r, s);
             ref_step(o, &st[r], g, k_at(o, s), want, amag, order);
         }
         compensate(o, want, prev, amag, prev_amag, mag);
@@ -375,6 +392,7 @@ static void parse(int argc, char **argv, options *o) {
         else if (!strcmp(k, "--expect-compressed")) o->expect_compressed = atoi(v);
         else if (!strcmp(k, "--compensate")) o->compensate = atoi(v);
         else if (!strcmp(k, "--dump")) o->dump = v;
+        else if (!strcmp(k, "--ties")) o->ties = atoi(v);
         else fail("unknown option %s", k);
     }
 }
