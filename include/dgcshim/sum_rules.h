@@ -13,6 +13,7 @@
 
 #include <stdint.h>
 
+#include "dgcshim/compact_rules.h" /* dgc_cx_top_bit, dgc_cx_round_shift */
 #include "dgcshim/hostdev.h"
 
 #define DGC_SUM_F16_MAX_BITS 0x477fe000u  /* 65504, binary16's largest finite, as fp32 bits */
@@ -31,8 +32,7 @@ DGC_HOSTDEV uint32_t dgc_sum_round_drop(uint32_t a, unsigned drop) {
  * quantum is 2^-24, so binary16 values are whole numbers of it). */
 DGC_HOSTDEV uint32_t dgc_sum_quanta_bits(uint64_t q) {
     if (q == 0) return 0;
-    unsigned top = 63;
-    while (!(q >> top)) top--;
+    const unsigned top = (unsigned)dgc_cx_top_bit(q);
     const uint64_t m = top > 23 ? q >> (top - 23) : q << (23 - top); /* nothing lost: 24 bits at most */
     return (uint32_t)(top + 103) << 23 | ((uint32_t)m & 0x7fffffu);
 }
@@ -45,11 +45,7 @@ DGC_HOSTDEV uint32_t dgc_sum_round_f16_tiny(uint32_t a) {
     const uint32_t mant = (a & 0x7fffffu) | 0x800000u;
     /* a = mant 2^(field - 150); in quanta of 2^-24: mant 2^(field - 126),
      * a right shift by 126 - field (14 to 24 bits). */
-    const unsigned sh = 126u - field;
-    const uint32_t rem = mant & ((1u << sh) - 1u), halfq = 1u << (sh - 1);
-    uint32_t q = mant >> sh;
-    q += rem > halfq || (rem == halfq && (q & 1u));
-    return dgc_sum_quanta_bits(q);
+    return dgc_sum_quanta_bits(dgc_cx_round_shift(mant, (int)(126u - field)));
 }
 
 /* The largest magnitude one rank may send into a sum of nranks in type, as
@@ -68,8 +64,7 @@ DGC_HOSTDEV uint32_t dgc_sum_limit_bits(unsigned type, int nranks) {
     if (type != 1u) return 0x7f7fffffu;           /* fp32: FLT_MAX, no limit */
     const uint64_t N = (uint64_t)(nranks > 1 ? nranks : 1), max = UINT64_C(2047) << 29; /* 65504 in quanta */
     uint64_t q = N <= 1024 ? max * (2049 - N) / (2048 * N) : max / (2 * N);
-    unsigned top = 63;
-    while (!(q >> top)) top--;
+    const int top = dgc_cx_top_bit(q); /* q >= 2047 2^8: not 0 */
     if (top > 10) q &= ~((UINT64_C(1) << (top - 10)) - 1u); /* down to 11 significant bits */
     return dgc_sum_quanta_bits(q);
 }
