@@ -337,19 +337,20 @@ __global__ void __launch_bounds__(kThreads) ties_kernel(scratch *sc, uint32_t *k
 /* 16-bit values: the largest finite |x| among the selected values, whose
  * binade (and rounding) gives the payload's scale (dgc_compact_scale16).
  * An integer atomicMax: the same result in any order. */
-__global__ void __launch_bounds__(kThreads) scale_kernel(scratch *sc, const float *vals) {
+__global__ void __launch_bounds__(kThreads) scale_kernel(scratch *sc, const float *vals, uint32_t limit) {
     const uint64_t nsel = sc->nonfinite ? 0 : sc->sel.nsel;
     for (uint64_t s = blockIdx.x * (uint64_t)kThreads + threadIdx.x; s < nsel; s += (uint64_t)gridDim.x * kThreads) {
         const uint32_t a = __float_as_uint(vals[s]) & 0x7fffffffu;
-        if (dgc_cx_finite(a) && a != 0) atomicMax(&sc->max_abs, a);
+        if (dgc_cx_finite(a) && a != 0) atomicMax(&sc->max_abs, a < limit ? a : limit); /* of the clamped values */
     }
 }
 
-/* The payload from the sorted selection: with 16-bit values each rounded to
- * the grid of the payload's scale (the host's dgc_compact_values), or, for
- * a dense sum in a 16-bit type, to that type (sum_rules.h), and what
- * rounding lost left in vals for the masking to keep (x - x = +0 with
- * 32-bit values: what was sent is gone). */
+/* The payload from the sorted selection: each value clamped to limit (a
+ * 16-bit buffer's, dgc_sum_step_limit_bits; FLT_MAX otherwise), then with
+ * 16-bit values rounded to the grid of the payload's scale (the host's
+ * dgc_compact_values), or, for a dense sum in a 16-bit type, to that type
+ * (sum_rules.h), and what the clamp and rounding lost left in vals for the
+ * masking to keep (x - x = +0 with 32-bit values: what was sent is gone). */
 __global__ void __launch_bounds__(kThreads) pack_kernel(scratch *sc, const uint32_t *keys, float *vals, void *payload,
                                                         uint64_t step, uint64_t n, uint64_t k, int round16,
                                                         unsigned sum_type, uint32_t limit) {
@@ -372,8 +373,12 @@ __global__ void __launch_bounds__(kThreads) pack_kernel(scratch *sc, const uint3
         const bool real = s < nsel;
         float x = real ? vals[s] : 0.0f, r = x;
         const uint32_t u = __float_as_uint(x);
-        if (sum_type != DGC_SUM_F32 && dgc_cx_finite(u)) r = __uint_as_float(dgc_sum_round_bits(u, sum_type, limit));
-        else if (round16 && dgc_cx_finite(u)) r = __uint_as_float(dgc_cx_round16_bits(u, e));
+        if (sum_type != DGC_SUM_F32 && dgc_cx_finite(u)) {
+            r = __uint_as_float(dgc_sum_round_bits(u, sum_type, limit));
+        } else if (dgc_cx_finite(u)) {
+            const uint32_t c = dgc_sum_clamp_bits(u, limit);
+            r = __uint_as_float(round16 ? dgc_cx_round16_bits(c, e) : c);
+        }
         idx[s] = real ? keys[s] : 0u;
         val[s] = r;
         if (real) vals[s] = x - r;
@@ -427,12 +432,13 @@ extern "C" int dgc_gpu_compress(dgc_gpu_state *s, const void *g, void *out, dgc_
     const int round16 = vb16 && p->sum_type == DGC_SUM_F32;
     if (p->n != n || k < 1 || k > sh->k || (unsigned)dtype > (unsigned)DGC_GPU_BF16 ||
         (dtype != DGC_GPU_F32 && !s->acc) || (sh->value_bits && sh->value_bits != (vb16 ? 16u : 32u)) ||
-        (p->sum_type != DGC_SUM_F32 && p->sum_type != dgc_gpu_sum_type_of(dtype))) {
-        char msg[260];
+        (p->sum_type != DGC_SUM_F32 && p->sum_type != dgc_gpu_sum_type_of(dtype)) ||
+        (p->clamp_type != DGC_SUM_F32 && p->clamp_type != dgc_gpu_sum_type_of(dtype))) {
+        char msg[280];
         snprintf(msg, sizeof msg,
-                 "dgc_gpu_compress: call (n %llu, k %llu, dtype %d, value bits %u, sum type %u) does not fit the state "
-                 "(n %llu, k %llu, dtype %d, wire value bits %u)",
-                 (unsigned long long)p->n, (unsigned long long)k, (int)dtype, p->value_bits, p->sum_type,
+                 "dgc_gpu_compress: call (n %llu, k %llu, dtype %d, value bits %u, sum type %u, clamp type %u) does not "
+                 "fit the state (n %llu, k %llu, dtype %d, wire value bits %u)",
+                 (unsigned long long)p->n, (unsigned long long)k, (int)dtype, p->value_bits, p->sum_type, p->clamp_type,
                  (unsigned long long)n, (unsigned long long)sh->k, (int)sh->dtype, sh->value_bits);
         return fail_msg(err, errlen, msg);
     }
@@ -510,13 +516,13 @@ extern "C" int dgc_gpu_compress(dgc_gpu_state *s, const void *g, void *out, dgc_
     CHECK("sorting the selection");
     s->sorted = dk.selector;
 
+    const uint32_t limit = dgc_sum_step_limit_bits(p->sum_type, p->clamp_type, p->nranks);
     if (round16) {
-        scale_kernel<<<grid_for(k, s->sms, 4), kThreads, 0, st>>>(sc, dv.Current());
+        scale_kernel<<<grid_for(k, s->sms, 4), kThreads, 0, st>>>(sc, dv.Current(), limit);
         CHECK("launching the payload's scale");
     }
     pack_kernel<<<grid_for(k, s->sms, 4), kThreads, 0, st>>>(sc, dk.Current(), dv.Current(), s->payload, p->step, n,
-                                                             k, round16, p->sum_type,
-                                                             dgc_sum_limit_bits(p->sum_type, p->nranks));
+                                                             k, round16, p->sum_type, limit);
     CHECK("launching the payload's packing");
     return 0;
 }

@@ -349,20 +349,37 @@ static float sum_rounded(float x, unsigned type, uint32_t limit) {
     return x;
 }
 
+/* x with its magnitude clamped to limit (dgc_sum_clamp_bits); x itself
+ * when it is not finite. */
+static float clamped(float x, uint32_t limit) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7f800000u) == 0x7f800000u) return x;
+    u = dgc_sum_clamp_bits(u, limit);
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
 static void pack(dgc_state *s, const dgc_step_params *p, uint32_t flags, void *payload) {
     dgc_wire_header h = {DGC_WIRE_MAGIC, flags, p->step, s->n, p->k};
     memcpy(payload, &h, sizeof h);
     uint32_t *idx = dgc_wire_indices(payload);
     float *val = dgc_wire_values(payload, p->k);
-    /* One scale for the whole payload, from the values before rounding: the
-     * compact encoding carries it once, and it keeps the largest value's 11
-     * significant bits. */
+    const uint32_t limit = dgc_sum_step_limit_bits(p->sum_type, p->clamp_type, p->nranks);
     if (p->sum_type != DGC_SUM_F32) { /* summed in a 16-bit type: rounded to it instead */
-        const uint32_t limit = dgc_sum_limit_bits(p->sum_type, p->nranks);
         for (uint64_t j = 0; j < s->nsel; j++) val[j] = sum_rounded(s->cand_val[j], p->sum_type, limit);
     } else {
-        const int scale = p->value_bits == 16 ? dgc_compact_scale16(s->cand_val, s->nsel) : 0;
-        dgc_compact_values(s->cand_val, s->nsel, p->value_bits, scale, val); /* what every rank will add */
+        /* Clamped first (a 16-bit buffer's limit), then one scale for the
+         * whole payload from the clamped values before rounding: the compact
+         * encoding carries it once, and it keeps the largest value's 11
+         * significant bits. */
+        const float *x = s->cand_val;
+        if (p->clamp_type != DGC_SUM_F32) {
+            for (uint64_t j = 0; j < s->nsel; j++) val[j] = clamped(s->cand_val[j], limit);
+            x = val;
+        }
+        const int scale = p->value_bits == 16 ? dgc_compact_scale16(x, s->nsel) : 0;
+        dgc_compact_values(x, s->nsel, p->value_bits, scale, val); /* what every rank will add */
     }
     memcpy(idx, s->cand, (size_t)s->nsel * sizeof *idx);
     for (uint64_t j = 0; j < s->nsel; j++) s->cand_val[j] -= val[j]; /* what commit keeps (error feedback) */

@@ -51,6 +51,11 @@ typedef struct {
                            * wire, dgc_compact_value; the rounding kept in the residual) */
     unsigned sum_type;    /* dgc_sum_type: F16 or BF16 rounds every value to that type instead
                            * (dgc_sum_round_bits, sum_rules.h), the rounding kept in the residual */
+    unsigned clamp_type;  /* dgc_sum_type of the buffer the fp32 sum is converted to (the NCCL path's
+                           * 16-bit buffers, either transport): every value is clamped to the limit of
+                           * that type (dgc_sum_step_limit_bits), so that the ranks' sum converts back
+                           * without overflowing where the gradients did not; the excess stays in the
+                           * residual. F32: no clamp. A 16-bit sum_type clamps to its own limit. */
 } dgc_step_params;
 
 /* The threshold sample of one call, shared by the host and CUDA engines so

@@ -69,6 +69,18 @@ DGC_HOSTDEV uint32_t dgc_sum_limit_bits(unsigned type, int nranks) {
     return dgc_sum_quanta_bits(q);
 }
 
+/* The clamp of one step (dgc_step_params): its dense sum's type's limit
+ * when the values are summed in a 16-bit type, else the limit of the type
+ * the fp32 sum is converted to (FLT_MAX's bits for fp32: no clamp). */
+DGC_HOSTDEV uint32_t dgc_sum_step_limit_bits(unsigned sum_type, unsigned clamp_type, int nranks) {
+    return dgc_sum_limit_bits(sum_type != 0u ? sum_type : clamp_type, nranks);
+}
+
+/* The fp32 bits u (finite) with the magnitude clamped to limit. */
+DGC_HOSTDEV uint32_t dgc_sum_clamp_bits(uint32_t u, uint32_t limit) {
+    return (u & 0x7fffffffu) > limit ? (u & 0x80000000u) | limit : u;
+}
+
 /* The fp32 bits of x (bits u, finite) rounded to type (DGC_SUM_F16 or
  * DGC_SUM_BF16) and clamped to limit (dgc_sum_limit_bits, a value on the
  * type's grid); u itself for DGC_SUM_F32. */

@@ -655,6 +655,73 @@ Test(engine_values, bf16_sum_rounds_to_bfloat16_rest_in_the_residual) {
     run_sum_type(DGC_SUM_BF16, 8, -126, 4, 0x1.fep127f);
 }
 
+/* An fp16 buffer on the sparse transport (the NCCL path): the ranks' fp32
+ * sum goes back into fp16, so each value is clamped to the limit of the
+ * rank count (21808 at three) before its rounding for the wire, the 16-bit
+ * wire's scale is that of the clamped values, and the excess stays in the
+ * residual; three ranks' sum of the largest values then stays finite. */
+static void run_sparse_clamp(unsigned value_bits) {
+    const size_t n = 4096;
+    const uint64_t k = 64;
+    const int R = 3;
+    const float limit = 21808.0f;
+    float *g = alloc_floats(n);
+    for (uint64_t j = 0; j < k; j++) /* 2^22 down to 2^-9, both signs: the top 16 past the limit */
+        g[5 + 63 * j] = ldexpf(1.0f + (float)j / 64.0f, 22 - (int)(j / 2)) * (j % 2 ? -1.0f : 1.0f);
+    dgc_step_params p = plain_params(0, k, 1.0);
+    p.value_bits = value_bits;
+    p.clamp_type = DGC_SUM_F16;
+    p.nranks = R;
+    void *gathered = calloc((size_t)R, dgc_wire_bytes(k));
+    cr_assert_not_null(gathered);
+    float xc[64];
+    for (int r = 0; r < R; r++) {
+        dgc_state *s = dgc_state_create(n, 0);
+        cr_assert_not_null(s);
+        char *pl = (char *)gathered + (size_t)r * dgc_wire_bytes(k);
+        cr_assert_eq(dgc_compress(s, g, &p, pl), 0);
+        cr_assert_eq(dgc_last_selected(s), k);
+        const uint32_t *idx = dgc_wire_indices(pl);
+        const float *val = dgc_wire_values(pl, k);
+        for (uint64_t j = 0; j < k; j++) {
+            const float x = g[idx[j]];
+            xc[j] = fabsf(x) > limit ? copysignf(limit, x) : x;
+        }
+        const int e = value_bits == 16 ? dgc_compact_scale16(xc, k) : 0;
+        cr_assert(value_bits != 16 || e != dgc_compact_scale16(&g[5], 1), "premise: the clamp changes the scale");
+        int clamped = 0;
+        for (uint64_t j = 0; j < k; j++) {
+            const float want = dgc_compact_value(xc[j], value_bits, e);
+            cr_assert(val[j] == want, "rank %d slot %llu: %a sent as %a, want %a", r, (unsigned long long)j,
+                      (double)g[idx[j]], (double)val[j], (double)want);
+            clamped += fabsf(val[j]) == limit;
+        }
+        cr_assert_eq(clamped, 16);
+        dgc_commit(s, &p);
+        const float *v = dgc_state_residual(s);
+        for (uint64_t j = 0; j < k; j++) {
+            const uint32_t i = idx[j];
+            cr_assert((double)v[i] + (double)val[j] == (double)g[i], "index %u: residual %a + sent %a != %a", i,
+                      (double)v[i], (double)val[j], (double)g[i]);
+        }
+        dgc_state_destroy(s);
+    }
+    float *out = alloc_floats(n);
+    char err[200] = "";
+    cr_assert_eq(dgc_wire_decode(gathered, R, 0, n, k, out, err, sizeof err), DGC_DECODE_OK, "%s", err);
+    for (size_t i = 0; i < n; i++)
+        cr_assert(fabsf(out[i]) < 65520.0f, "out[%zu] = %a rounds to fp16 Inf", i, (double)out[i]);
+    cr_assert(fabsf(out[5]) == 3 * limit);
+    free(out);
+    free(gathered);
+    free(g);
+}
+
+Test(engine_values, fp16_buffer_on_the_sparse_transport_is_clamped_rest_in_the_residual) {
+    run_sparse_clamp(32);
+    run_sparse_clamp(16);
+}
+
 /* ---- conservation ---------------------------------------------------------------- */
 
 Test(engine_conservation, outputs_plus_residual_equal_inputs_without_momentum) {

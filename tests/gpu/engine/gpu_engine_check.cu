@@ -238,7 +238,7 @@ struct config {
     int steps;
     dgc_gpu_dtype dtype;
     int gen;             /* 0: independent log-uniform; 1: fp16-distinct; 2: shared large values; 3: ties;
-                          * 4: k non-zeros, index 0 tiny */
+                          * 4: k non-zeros, index 0 tiny; 5: shared values near fp16's top */
     bool exact_ties;     /* ties must match (the exact path) */
     bool misalign;       /* g and out one element past an aligned address: the element-wise pass */
     uint64_t seed;
@@ -355,6 +355,7 @@ struct sim {
         /* The dense transport sums a 16-bit buffer in its type: the pairs
          * rounded to it, on the device and on the host alike. */
         p.sum_type = dense_at(c, step) ? dgc_gpu_sum_type_of(c.dtype) : (unsigned)DGC_SUM_F32;
+        p.clamp_type = dgc_gpu_sum_type_of(c.dtype); /* as the NCCL path sets it: the sum goes back into dtype */
         return p;
     }
 };
@@ -394,6 +395,18 @@ void make_grad(const config &c, uint64_t step, int r, hbuf *g, std::vector<float
             placed++;
         }
         (*g32)[0] = ldexpf(1.0f, -41);
+    } else if (c.gen == 5) {
+        /* One element in 50 at places and with signs fixed for the case,
+         * the same on every rank, at 2^14 to 65504; the rest below 7: the
+         * ranks' fp32 sum of the large ones passes fp16's range unless each
+         * rank clamps what it sends (dgc_sum_limit_bits). */
+        rng place(c.seed);
+        for (uint64_t i = 0; i < c.n; i++) {
+            const bool large = place.next() % 50 == 0;
+            const float sign = place.next() & 1 ? -1.0f : 1.0f;
+            (*g32)[i] = large ? sign * (float)(16384 + R.next() % 49121)
+                              : sign * (float)((R.next() >> 40) & 0xffff) * 1e-4f;
+        }
     } else if (c.gen == 3) {
         /* Ties: a tenth of the elements at 1.0, one in 2000 at 2.0 (fewer
          * than k, so that t is 1.0), the rest small. */
@@ -1398,6 +1411,51 @@ void case_large() {
     printf("%s gpu.engine.large: n %llu, %d steps\n", verdict(), (unsigned long long)n, steps);
 }
 
+/* fp16 buffers whose ranks' sum would pass 65504: every rank clamps what
+ * it sends to the limit of its rank count (dgc_sum_limit_bits), on either
+ * transport and with any wire values, so the sum converts back to fp16
+ * finite, and the excess stays in the residual; the output and the state
+ * bit for bit against the host engine, which clamps alike. */
+void case_clamp() {
+    const uint64_t n = small_mode ? 1000 : 20011;
+    int configs = 0, steps = 0;
+    uint64_t seed = 900;
+    struct way {
+        int transport;
+        unsigned vbits;
+    };
+    for (way w : {way{TRANSPORT_SPARSE, 0}, way{TRANSPORT_SPARSE, 16}, way{TRANSPORT_SPARSE, 32},
+                  way{TRANSPORT_DENSE, 0}, way{TRANSPORT_TURNS, 16}})
+        for (int R : {2, 3})
+            for (int vi : {0, 1}) {
+                if (small_mode && vi == 1 && R == 2) continue;
+                variant v = kVariants[vi];
+                v.average = R == 2;
+                config c = base_config(n, 0.01, 0.01, v, R, seed++);
+                c.dtype = DGC_GPU_F16;
+                c.gen = 5;
+                c.warmup = 0;
+                c.transport = w.transport;
+                c.vbits = w.vbits;
+                c.steps = small_mode ? 3 : 5;
+                /* The premise: unclamped, the first step's sum overflows. */
+                float top = 0.0f;
+                std::vector<float> sum(n, 0.0f), g32;
+                for (int r = 0; r < R; r++) {
+                    hbuf g(n, c.dtype);
+                    make_grad(c, 0, r, &g, &g32);
+                    for (uint64_t i = 0; i < n; i++) sum[i] += g32[i];
+                }
+                for (float x : sum) top = std::max(top, fabsf(x));
+                if (top <= 65504.0f) fail("premise: %d ranks' largest sum %g fits fp16 (%s)", R, (double)top,
+                                          describe(c).c_str());
+                steps += run_config(c);
+                configs++;
+            }
+    printf("%s gpu.engine.clamp: %d configurations, %d steps of fp16 sums past 65504 unclamped\n", verdict(), configs,
+           steps);
+}
+
 struct named_case {
     const char *name;
     void (*run)(void);
@@ -1453,7 +1511,7 @@ const named_case kCases[] = {
     {"bad_payloads", case_bad_payloads}, {"nonfinite", case_nonfinite},     {"overflow", case_overflow},
     {"large", case_large},                   {"dense_transport", case_dense_transport},
     {"compact", case_compact},              {"compact_fuzz", case_compact_fuzz},
-    {"sum_rules", case_sum_rules},
+    {"sum_rules", case_sum_rules},          {"clamp", case_clamp},
 };
 
 } // namespace

@@ -932,6 +932,57 @@ static void case_clash(void) {
     NCCL_OK(ncclCommDestroy(comm));
 }
 
+/* The largest fp16 value one of N ranks may send so that the ranks' sum
+ * cannot overflow fp16 (the README, "Transport"): the largest finite
+ * binary16 at most 65504 (2049 - N) / (2048 N), found here by a walk over
+ * the encodings. */
+static float half_limit(int N) {
+    const double bound = N <= 1024 ? 65504.0 * (2049 - N) / (2048.0 * N) : 65504.0 / (2.0 * N);
+    float best = 0.0f;
+    for (uint16_t h = 0; h < 0x7c00; h++)
+        if (half_to_float(h) <= bound) best = half_to_float(h);
+    return best;
+}
+
+/* fp16 gradients whose plain sum passes 65504: 40000 at every 200th
+ * element on every rank, zero elsewhere. A plain all-reduce gives Inf
+ * there; under the shim each rank sends at most half_limit(N), so the
+ * output is N half_limit(N), finite, and the rest stays in the residual
+ * and comes out the next step (gradient zero): the two steps' outputs add
+ * up to N 40000, nothing lost. */
+static void case_half_clamp(void) {
+    ncclComm_t comm = make_comm(1);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    const long n = 100000;
+    const float L = half_limit(nranks), big = 40000.0f;
+    if (!(nranks * big > 65504.0f)) fail("premise: %d ranks' sum of %g fits fp16", nranks, (double)big);
+    uint16_t *h = malloc((size_t)n * 2), *got[2] = {malloc((size_t)n * 2), malloc((size_t)n * 2)};
+    if (!h || !got[0] || !got[1]) fail("no host memory");
+    uint16_t *buf = dev_alloc((size_t)n * 2);
+    for (int step = 0; step < 2; step++) {
+        for (long i = 0; i < n; i++) h[i] = float_to_half(step == 0 && i % 200 == 0 ? big : 0.0f);
+        upload(buf, h, (size_t)n * 2);
+        NCCL_OK(ncclAllReduce(buf, buf, (size_t)n, ncclFloat16, ncclSum, comm, s));
+        download(got[step], buf, (size_t)n * 2, s);
+        check_identical(got[step], (size_t)n * 2, "fp16 clamp");
+    }
+    for (long i = 0; i < n; i++) {
+        const float a = half_to_float(got[0][i]), b = half_to_float(got[1][i]);
+        const float want_a = i % 200 == 0 ? nranks * L : 0.0f, want_b = i % 200 == 0 ? nranks * (big - L) : 0.0f;
+        if (!(a == want_a) || !(b == want_b))
+            fail("element %ld: steps gave %.9g (0x%04x) and %.9g (0x%04x), want %.9g and %.9g (limit %.9g a rank)", i,
+                 (double)a, got[0][i], (double)b, got[1][i], (double)want_a, (double)want_b, (double)L);
+    }
+    printf("gpu.nccl.%s rank %d: %d ranks, each sent %.9g then %.9g of 40000 at the large elements\n", case_name, rank,
+           nranks, (double)L, (double)(big - L));
+    CUDA_OK(cudaFree(buf));
+    free(h);
+    free(got[0]);
+    free(got[1]);
+    NCCL_OK(ncclCommDestroy(comm));
+}
+
 /* ---- the table ---- */
 
 typedef struct {
@@ -978,6 +1029,11 @@ static const test_case cases[] = {
     {"two_ranks_sparse_fp32", case_sparse, {SPARSE, "DGC_VALUE_BITS=32", "DGC_STATS=1"}, NULL},
     {"same_buffer_twice", case_clash, {SPARSE, "DGC_STATS=1"}, NULL},
     {"dense_same_buffer_twice", case_clash, {SPARSE, DENSE, "DGC_STATS=1"}, NULL},
+    /* fp16 sums past 65504: clamped on either transport, and with fp32 or
+     * 16-bit wire values. */
+    {"fp16_clamp", case_half_clamp, {SPARSE, "DGC_TRANSPORT=sparse", "DGC_STATS=1"}, NULL},
+    {"fp16_clamp_fp32", case_half_clamp, {SPARSE, "DGC_TRANSPORT=sparse", "DGC_VALUE_BITS=32"}, NULL},
+    {"dense_fp16_clamp", case_half_clamp, {SPARSE, DENSE, "DGC_STATS=1"}, NULL},
 };
 
 static void set_env(const char *assignment) {
