@@ -346,7 +346,7 @@ __global__ void __launch_bounds__(kThreads) scale_kernel(scratch *sc, const floa
 }
 
 /* The payload from the sorted selection: each value clamped to limit (a
- * 16-bit buffer's, dgc_sum_step_limit_bits; FLT_MAX otherwise), then with
+ * 16-bit buffer's: dgc_sum_step_limit_bits; FLT_MAX otherwise), then with
  * 16-bit values rounded to the grid of the payload's scale (the host's
  * dgc_compact_values), or, for a dense sum in a 16-bit type, to that type
  * (sum_rules.h), and what the clamp and rounding lost left in vals for the
@@ -433,12 +433,12 @@ extern "C" int dgc_gpu_compress(dgc_gpu_state *s, const void *g, void *out, dgc_
     if (p->n != n || k < 1 || k > sh->k || (unsigned)dtype > (unsigned)DGC_GPU_BF16 ||
         (dtype != DGC_GPU_F32 && !s->acc) || (sh->value_bits && sh->value_bits != (vb16 ? 16u : 32u)) ||
         (p->sum_type != DGC_SUM_F32 && p->sum_type != dgc_gpu_sum_type_of(dtype)) ||
-        (p->clamp_type != DGC_SUM_F32 && p->clamp_type != dgc_gpu_sum_type_of(dtype))) {
+        p->clamp_bits >= 0x7f800000u) { /* a finite magnitude */
         char msg[280];
         snprintf(msg, sizeof msg,
-                 "dgc_gpu_compress: call (n %llu, k %llu, dtype %d, value bits %u, sum type %u, clamp type %u) does not "
+                 "dgc_gpu_compress: call (n %llu, k %llu, dtype %d, value bits %u, sum type %u, clamp 0x%08x) does not "
                  "fit the state (n %llu, k %llu, dtype %d, wire value bits %u)",
-                 (unsigned long long)p->n, (unsigned long long)k, (int)dtype, p->value_bits, p->sum_type, p->clamp_type,
+                 (unsigned long long)p->n, (unsigned long long)k, (int)dtype, p->value_bits, p->sum_type, p->clamp_bits,
                  (unsigned long long)n, (unsigned long long)sh->k, (int)sh->dtype, sh->value_bits);
         return fail_msg(err, errlen, msg);
     }
@@ -516,7 +516,7 @@ extern "C" int dgc_gpu_compress(dgc_gpu_state *s, const void *g, void *out, dgc_
     CHECK("sorting the selection");
     s->sorted = dk.selector;
 
-    const uint32_t limit = dgc_sum_step_limit_bits(p->sum_type, p->clamp_type, p->nranks);
+    const uint32_t limit = dgc_sum_step_limit_bits(p->sum_type, p->clamp_bits, p->nranks);
     if (round16) {
         scale_kernel<<<grid_for(k, s->sms, 4), kThreads, 0, st>>>(sc, dv.Current(), limit);
         CHECK("launching the payload's scale");

@@ -365,7 +365,7 @@ static void pack(dgc_state *s, const dgc_step_params *p, uint32_t flags, void *p
     memcpy(payload, &h, sizeof h);
     uint32_t *idx = dgc_wire_indices(payload);
     float *val = dgc_wire_values(payload, p->k);
-    const uint32_t limit = dgc_sum_step_limit_bits(p->sum_type, p->clamp_type, p->nranks);
+    const uint32_t limit = dgc_sum_step_limit_bits(p->sum_type, p->clamp_bits, p->nranks);
     if (p->sum_type != DGC_SUM_F32) { /* summed in a 16-bit type: rounded to it instead */
         for (uint64_t j = 0; j < s->nsel; j++) val[j] = sum_rounded(s->cand_val[j], p->sum_type, limit);
     } else {
@@ -374,7 +374,7 @@ static void pack(dgc_state *s, const dgc_step_params *p, uint32_t flags, void *p
          * encoding carries it once, and it keeps the largest value's 11
          * significant bits. */
         const float *x = s->cand_val;
-        if (p->clamp_type != DGC_SUM_F32) {
+        if (p->clamp_bits != 0u) {
             for (uint64_t j = 0; j < s->nsel; j++) val[j] = clamped(s->cand_val[j], limit);
             x = val;
         }

@@ -232,9 +232,12 @@ static void prepare(dgc_nccl_call *k, const dgc_config *cfg) {
     }
     k->dense = dgc_policy_transport(cfg, k->count, elem, k->p.k, c->nranks, &k->tb) == DGC_TRANSPORT_DENSE;
     if (k->dense) k->p.sum_type = dgc_gpu_sum_type_of(k->gpu_dtype); /* the pairs rounded to it */
-    /* Either way the sum goes back into the buffer's type: each value is
-     * clamped so that the ranks' sum cannot overflow it (sum_rules.h). */
-    k->p.clamp_type = dgc_gpu_sum_type_of(k->gpu_dtype);
+    /* Either way the output goes back into the buffer's type: each value is
+     * clamped so that it cannot overflow there (with compensation, S_t - m
+     * S_{t-1} is what must fit). */
+    const int compensated = cfg->compensate && k->p.momentum > 0.0f;
+    k->p.clamp_bits = dgc_policy_value_limit_bits(dgc_gpu_sum_type_of(k->gpu_dtype), c->nranks,
+                                                  compensated ? (double)k->p.momentum : 0.0);
     DGC_DEBUG("step %llu, %llu elements, k %llu: %s transport (bytes a rank sends: sparse all-gather %llu, dense %llu)",
               (unsigned long long)step, (unsigned long long)k->count, (unsigned long long)k->p.k,
               k->dense ? "dense" : "sparse", (unsigned long long)k->tb.sparse, (unsigned long long)k->tb.dense);

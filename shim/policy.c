@@ -1,7 +1,10 @@
 #include "dgcshim/policy.h"
 
 #include <limits.h>
+#include <math.h>
+#include <string.h>
 
+#include "dgcshim/sum_rules.h"
 #include "dgcshim/wire.h"
 #include "dgcshim/wire_compact.h"
 
@@ -34,6 +37,21 @@ int dgc_policy_plan(const dgc_config *cfg, uint64_t count, unsigned elem_bytes, 
         .value_bits = (unsigned)cfg->value_bits,
     };
     return 0;
+}
+
+uint32_t dgc_policy_value_limit_bits(unsigned type, int nranks, double compensated_m) {
+    if (type == DGC_SUM_F32) return 0;
+    const uint32_t limit = dgc_sum_limit_bits(type, nranks);
+    if (!(compensated_m > 0.0)) return limit;
+    float l, f;
+    memcpy(&l, &limit, sizeof l);
+    const double x = (double)l / (1.0 + compensated_m);
+    f = (float)x;
+    if ((double)f > x) f = nextafterf(f, 0.0f);
+    uint32_t b;
+    memcpy(&b, &f, sizeof b);
+    /* Down to the type's grid: x is normal in it (at least 16 / 2 for fp16). */
+    return b & (type == DGC_SUM_F16 ? 0xffffe000u : 0xffff0000u);
 }
 
 void dgc_transport_bytes_for(uint64_t n, unsigned elem_bytes, uint64_t k, unsigned value_bits, int nranks,

@@ -51,11 +51,11 @@ typedef struct {
                            * wire, dgc_compact_value; the rounding kept in the residual) */
     unsigned sum_type;    /* dgc_sum_type: F16 or BF16 rounds every value to that type instead
                            * (dgc_sum_round_bits, sum_rules.h), the rounding kept in the residual */
-    unsigned clamp_type;  /* dgc_sum_type of the buffer the fp32 sum is converted to (the NCCL path's
-                           * 16-bit buffers, either transport): every value is clamped to the limit of
-                           * that type (dgc_sum_step_limit_bits), so that the ranks' sum converts back
-                           * without overflowing where the gradients did not; the excess stays in the
-                           * residual. F32: no clamp. A 16-bit sum_type clamps to its own limit. */
+    uint32_t clamp_bits;  /* the largest magnitude a value is sent with, as fp32 bits, the excess kept in
+                           * the residual: the NCCL path's 16-bit buffers on either transport
+                           * (dgc_policy_value_limit_bits), so that the output converts back to the
+                           * buffer's type without overflowing where the gradients did not. 0: none,
+                           * or with a 16-bit sum_type that type's own (dgc_sum_limit_bits). */
 } dgc_step_params;
 
 /* The threshold sample of one call, shared by the host and CUDA engines so

@@ -156,9 +156,9 @@ int dgc_gpu_encode(dgc_gpu_state *s, const dgc_step_params *p, dgc_cuda_stream s
  * the residual (error feedback); with p->sum_type (the dense transport of a
  * 16-bit buffer: it must be dgc_gpu_sum_type_of(dtype), else the call is
  * refused) they are rounded and clamped for that type's sum instead
- * (sum_rules.h); with p->clamp_type (a 16-bit buffer on either transport:
- * dgc_gpu_sum_type_of(dtype), else refused) they are clamped first, so that
- * the sum converts back to dtype without overflowing (the excess, too, stays
+ * (sum_rules.h); with p->clamp_bits (a 16-bit buffer on either transport:
+ * dgc_policy_value_limit_bits) they are clamped to it first, so that the
+ * output converts back to dtype without overflowing (the excess, too, stays
  * in the residual). Sets out (n elements of dtype; may be g) to zero, or the fp32
  * accumulator when dtype is not fp32, as the update streams past.
  * p->k must not exceed the shape's k. dgc_gpu_decode must get the same out

@@ -32,6 +32,15 @@ int dgc_policy_compressible(const dgc_config *cfg, uint64_t count, int nranks);
 int dgc_policy_plan(const dgc_config *cfg, uint64_t count, unsigned elem_bytes, uint64_t step, int nranks,
                     dgc_step_params *out);
 
+/* The largest magnitude, as fp32 bits, a rank may send of a buffer whose
+ * output goes back into type (dgc_sum_type; dgc_step_params.clamp_bits):
+ * 0 for fp32 (no clamp); for fp16 and bf16 their sum limit
+ * (dgc_sum_limit_bits, sum_rules.h), and with momentum compensation
+ * (compensated_m = m > 0; else 0), whose output is S_t - m S_{t-1}, that
+ * limit divided by 1 + m, down to the type's grid: both sums are then
+ * within max / (1 + m), so the output is within the type's max. */
+uint32_t dgc_policy_value_limit_bits(unsigned type, int nranks, double compensated_m);
+
 /* Bytes one rank sends in one call, for each way its pairs can travel:
  *   sparse: the all-gather of the fixed-size compact payloads (wire_compact.h,
  *           value_bits per value; payload: one of them), (N-1) payloads (ring);

@@ -69,11 +69,11 @@ DGC_HOSTDEV uint32_t dgc_sum_limit_bits(unsigned type, int nranks) {
     return dgc_sum_quanta_bits(q);
 }
 
-/* The clamp of one step (dgc_step_params): its dense sum's type's limit
- * when the values are summed in a 16-bit type, else the limit of the type
- * the fp32 sum is converted to (FLT_MAX's bits for fp32: no clamp). */
-DGC_HOSTDEV uint32_t dgc_sum_step_limit_bits(unsigned sum_type, unsigned clamp_type, int nranks) {
-    return dgc_sum_limit_bits(sum_type != 0u ? sum_type : clamp_type, nranks);
+/* The clamp of one step (dgc_step_params): clamp_bits when set, else the
+ * limit of the 16-bit type its dense sum runs in (FLT_MAX's bits for fp32:
+ * no clamp). */
+DGC_HOSTDEV uint32_t dgc_sum_step_limit_bits(unsigned sum_type, uint32_t clamp_bits, int nranks) {
+    return clamp_bits != 0u ? clamp_bits : dgc_sum_limit_bits(sum_type, nranks);
 }
 
 /* The fp32 bits u (finite) with the magnitude clamped to limit. */

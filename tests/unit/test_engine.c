@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "dgcshim/engine.h"
+#include "dgcshim/policy.h"
 #include "dgcshim/wire.h"
 #include "dgcshim/wire_compact.h"
 
@@ -670,7 +671,7 @@ static void run_sparse_clamp(unsigned value_bits) {
         g[5 + 63 * j] = ldexpf(1.0f + (float)j / 64.0f, 22 - (int)(j / 2)) * (j % 2 ? -1.0f : 1.0f);
     dgc_step_params p = plain_params(0, k, 1.0);
     p.value_bits = value_bits;
-    p.clamp_type = DGC_SUM_F16;
+    p.clamp_bits = 0x46aa6000u; /* 21808, the fp16 limit at three ranks */
     p.nranks = R;
     void *gathered = calloc((size_t)R, dgc_wire_bytes(k));
     cr_assert_not_null(gathered);
@@ -720,6 +721,57 @@ static void run_sparse_clamp(unsigned value_bits) {
 Test(engine_values, fp16_buffer_on_the_sparse_transport_is_clamped_rest_in_the_residual) {
     run_sparse_clamp(32);
     run_sparse_clamp(16);
+}
+
+/* The largest |S_t - m S_{t-1}| over steps of an fp16 buffer on two ranks
+ * with momentum 0.9 and compensation, the sparse transport as the NCCL
+ * path runs it (host engine, fp32 sum, subtraction of the kept payloads),
+ * each value clamped to limit: gradients of 40000 at 32 places on both
+ * ranks, changing sign every step. */
+static float worst_compensated_output(uint32_t limit) {
+    const size_t n = 4096;
+    const uint64_t k = 64;
+    const int R = 2;
+    const float m = 0.9f;
+    dgc_state *s[2] = {dgc_state_create(n, 1), dgc_state_create(n, 1)};
+    float *g = alloc_floats(n), *out = alloc_floats(n);
+    const size_t wb = dgc_wire_bytes(k);
+    char *gathered = calloc(R, wb), *prev = calloc(R, wb);
+    cr_assert(s[0] && s[1] && gathered && prev);
+    float worst = 0.0f;
+    for (uint64_t step = 0; step < 8; step++) {
+        for (size_t i = 0; i < n; i++) g[i] = i % 128 == 0 ? (step % 2 ? -40000.0f : 40000.0f) : 0.0f;
+        dgc_step_params p = plain_params(step, k, 1.0);
+        p.n = n;
+        p.momentum = m;
+        p.nranks = R;
+        p.value_bits = 16;
+        p.clamp_bits = limit;
+        for (int r = 0; r < R; r++) cr_assert_eq(dgc_compress(s[r], g, &p, gathered + (size_t)r * wb), 0);
+        char err[200] = "";
+        cr_assert_eq(dgc_wire_decode(gathered, R, step, n, k, out, err, sizeof err), DGC_DECODE_OK, "%s", err);
+        if (step > 0) dgc_wire_subtract(prev, R, k, m, out); /* out -= m S_{t-1} */
+        memcpy(prev, gathered, (size_t)R * wb);
+        for (int r = 0; r < R; r++) dgc_commit(s[r], &p);
+        for (size_t i = 0; i < n; i++) worst = fmaxf(worst, fabsf(out[i]));
+    }
+    free(prev);
+    free(gathered);
+    free(out);
+    free(g);
+    dgc_state_destroy(s[0]);
+    dgc_state_destroy(s[1]);
+    return worst;
+}
+
+/* With compensation the clamp is divided by 1 + m (dgc_policy_value_limit_bits):
+ * the output converts to fp16 finite, where the sum's own limit alone lets
+ * it overflow. */
+Test(engine_values, fp16_compensated_output_stays_finite) {
+    const float plain = worst_compensated_output(dgc_policy_value_limit_bits(DGC_SUM_F16, 2, 0.0));
+    const float comp = worst_compensated_output(dgc_policy_value_limit_bits(DGC_SUM_F16, 2, 0.9));
+    cr_assert(plain >= 65520.0f, "premise: without the 1 + m the output overflows fp16 (largest %a)", (double)plain);
+    cr_assert(comp < 65520.0f, "the output %a rounds to fp16 Inf", (double)comp);
 }
 
 /* ---- conservation ---------------------------------------------------------------- */

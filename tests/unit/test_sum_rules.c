@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "dgcshim/engine.h"
+#include "dgcshim/policy.h"
 #include "dgcshim/sum_rules.h"
 
 static float from_bits(uint32_t u) {
@@ -144,4 +145,42 @@ Test(sum_rules, fp16_limit_keeps_every_sum_finite) {
             }
         }
     }
+}
+
+/* A 16-bit buffer's clamp (dgc_policy_value_limit_bits): none for fp32;
+ * the sum limit without compensation; with it (the output is S_t - m
+ * S_{t-1}), the largest value on the type's grid within the sum limit
+ * divided by 1 + m, and then the worst output, two sums of N such values of
+ * opposite signs (each rounded at every step in fp16), one of them times
+ * -m, in fp32 as the decode computes it, converts to fp16 finite. */
+Test(sum_rules, compensated_limit_keeps_the_output_finite) {
+    cr_assert_eq(dgc_policy_value_limit_bits(DGC_SUM_F32, 8, 0.9), 0u);
+    cr_assert_eq(dgc_policy_value_limit_bits(DGC_SUM_BF16, 8, 0.0), DGC_SUM_BF16_MAX_BITS);
+    const float bl = from_bits(dgc_policy_value_limit_bits(DGC_SUM_BF16, 8, 0.9));
+    const double bb = (double)from_bits(DGC_SUM_BF16_MAX_BITS) / 1.9;
+    int be;
+    frexpf(bl, &be);
+    cr_assert(ref_bf16(bl) == bl && bl <= bb && (double)bl + ldexp(1.0, be - 8) > bb,
+              "bf16 at m 0.9: %a is not the largest bfloat16 within %a", (double)bl, bb);
+    const double ms[] = {0.0, 0.5, 0.9, 0.99, 0.999};
+    for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+        for (int N = 1; N <= 4096; N++) {
+            const double m = ms[mi];
+            const uint32_t plain = dgc_sum_limit_bits(DGC_SUM_F16, N), got = dgc_policy_value_limit_bits(DGC_SUM_F16, N, m);
+            if (m == 0.0) {
+                cr_assert_eq(got, plain, "N %d: %a without compensation", N, (double)from_bits(got));
+                continue;
+            }
+            const float L = from_bits(got);
+            const double bound = (double)from_bits(plain) / (1.0 + m);
+            int e;
+            frexpf(L, &e);
+            cr_assert(ref_f16(L) == L && L <= bound && L + ldexpf(1.0f, e - 11) > bound,
+                      "N %d m %g: limit %a is not the largest binary16 within %a", N, m, (double)L, bound);
+            if (N > 1024) continue;
+            float s = 0;
+            for (int r = 0; r < N; r++) s = ref_f16_inf(s + L);
+            const float neg_m = (float)-m, out = s + neg_m * -s; /* S_t - m S_{t-1}, S_{t-1} = -S_t */
+            cr_assert(isfinite(ref_f16_inf(out)), "N %d m %g: output %a overflows fp16", N, m, (double)out);
+        }
 }

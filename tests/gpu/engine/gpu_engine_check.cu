@@ -38,6 +38,7 @@
 
 #include "dgcshim/engine.h"
 #include "dgcshim/engine_cuda.h"
+#include "dgcshim/policy.h"
 #include "dgcshim/sum_rules.h"
 #include "dgcshim/wire.h"
 #include "dgcshim/wire_compact.h"
@@ -355,7 +356,9 @@ struct sim {
         /* The dense transport sums a 16-bit buffer in its type: the pairs
          * rounded to it, on the device and on the host alike. */
         p.sum_type = dense_at(c, step) ? dgc_gpu_sum_type_of(c.dtype) : (unsigned)DGC_SUM_F32;
-        p.clamp_type = dgc_gpu_sum_type_of(c.dtype); /* as the NCCL path sets it: the sum goes back into dtype */
+        /* As the NCCL path sets it: the output goes back into dtype. */
+        p.clamp_bits = dgc_policy_value_limit_bits(dgc_gpu_sum_type_of(c.dtype), c.nranks,
+                                                   c.v.compensate && c.v.m > 0 ? (double)c.v.m : 0.0);
         return p;
     }
 };
@@ -396,14 +399,17 @@ void make_grad(const config &c, uint64_t step, int r, hbuf *g, std::vector<float
         }
         (*g32)[0] = ldexpf(1.0f, -41);
     } else if (c.gen == 5) {
-        /* One element in 50 at places and with signs fixed for the case,
-         * the same on every rank, at 2^14 to 65504; the rest below 7: the
-         * ranks' fp32 sum of the large ones passes fp16's range unless each
-         * rank clamps what it sends (dgc_sum_limit_bits). */
+        /* One element in 50 at places fixed for the case, the same on
+         * every rank, at 2^14 to 65504; the rest below 7: the ranks' fp32
+         * sum of the large ones passes fp16's range unless each rank clamps
+         * what it sends (dgc_sum_limit_bits). Half the places change sign
+         * every step, so that with compensation S_t - m S_{t-1} adds two
+         * sums of one sign (the clamp divided by 1 + m). */
         rng place(c.seed);
         for (uint64_t i = 0; i < c.n; i++) {
             const bool large = place.next() % 50 == 0;
-            const float sign = place.next() & 1 ? -1.0f : 1.0f;
+            const bool flip = place.next() & 1;
+            const float sign = (place.next() & 1) != (flip && step % 2) ? -1.0f : 1.0f;
             (*g32)[i] = large ? sign * (float)(16384 + R.next() % 49121)
                               : sign * (float)((R.next() >> 40) & 0xffff) * 1e-4f;
         }
@@ -722,6 +728,11 @@ int run_step(sim &S, uint64_t step, int poison_rank = -1, uint64_t poison_index 
         for (uint64_t i = 0; i < n; i++) {
             const uint32_t want = res == DGC_DECODE_OK ? to_dtype_bits(hout[i], c.dtype) : nan_bits(c.dtype);
             const uint32_t got = out[q].get(i);
+            if (c.gen == 5 && res == DGC_DECODE_OK && !isfinite(from_dtype_bits(got, c.dtype))) {
+                fail("rank %d output[%llu] = 0x%08x overflowed: the clamp must keep it finite (%s)", q,
+                     (unsigned long long)i, got, what.c_str());
+                return STEP_FAIL;
+            }
             if (want != got) {
                 fail("rank %d output[%llu] = 0x%08x (%g), host 0x%08x (%g) (%s)", q, (unsigned long long)i, got,
                      (double)from_dtype_bits(got, c.dtype), want, (double)from_dtype_bits(want, c.dtype),
