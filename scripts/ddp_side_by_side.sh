@@ -28,7 +28,7 @@
 #   RUN_TIMEOUT     seconds allowed per run (default 300)
 #
 # Exit status: 0 when both runs finished and each ended with identical parameters on
-# every rank; 1 otherwise (the shim run failed, or some rank's parameters differ).
+# every rank, and the shim compressed calls and logged no error; 1 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
@@ -148,6 +148,11 @@ hash12() { clean "$1" | awk '/^rank 0 params_sha256 /{print substr($4, 1, 12); e
 
 ok=1
 [ "$shim_rc" = 0 ] || { echo "FAIL: the shim run exited $shim_rc (log: $out/dgcshim.log)"; ok=0; }
+# A shim that was not loaded (a NEEDED library missing: ld.so only warns) or
+# never reached NCCL trains densely and would pass the checks above.
+grep -Eq 'dgcshim STATS pass-through calls [0-9]+, compressed calls [1-9]' "$out/dgcshim.log" ||
+  { echo "FAIL: the shim compressed no call (loaded? 'NCCL path active' in $out/dgcshim.log says so)"; ok=0; }
+! grep -q 'dgcshim ERROR' "$out/dgcshim.log" || { echo "FAIL: the shim logged errors (see $out/dgcshim.log)"; ok=0; }
 [ "$(same "$out/dgcshim.log")" = yes ] || { echo "FAIL: ranks' parameters differ under the shim (or some rank printed none)"; ok=0; }
 if [ "$skip_dense" = 0 ]; then
   [ "$dense_rc" = 0 ] || { echo "FAIL: the dense run exited $dense_rc (log: $out/dense.log)"; ok=0; }

@@ -44,7 +44,9 @@ preload="${SHIM:?SHIM unset}${nccl:+:$nccl}"
 # Open MPI prefers when present, probes GPUs and network devices a container
 # may not have), and no single-copy mechanism (CMA needs ptrace rights that
 # containers often lack; vader would abort on its first large message).
-cmd=(mpirun --allow-run-as-root --oversubscribe --bind-to none
+# plm isolated: one node, no ssh or rsh needed (a bare GPU machine may have
+# neither, and Open MPI 4 refuses to start without one otherwise).
+cmd=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca plm isolated
      --mca pml ob1 --mca btl self,vader --mca btl_vader_single_copy_mechanism none -np "$np"
      env "LD_PRELOAD=$preload" NCCL_MULTI_RANK_GPU_ENABLE=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
      "${CHECK:?CHECK unset}" "$name")
