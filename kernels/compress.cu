@@ -26,6 +26,7 @@
 #include <stdio.h>
 
 #include "device.cuh"
+#include "headers.cuh"
 #include "dgcshim/compact_rules.h"
 #include "dgcshim/sum_rules.h"
 #include "dgcshim/update_rules.h"
@@ -352,7 +353,7 @@ __global__ void __launch_bounds__(kThreads) scale_kernel(scratch *sc, const floa
  * (sum_rules.h), and what the clamp and rounding lost left in vals for the
  * masking to keep (x - x = +0 with 32-bit values: what was sent is gone). */
 __global__ void __launch_bounds__(kThreads) pack_kernel(scratch *sc, const uint32_t *keys, float *vals, void *payload,
-                                                        uint64_t step, uint64_t n, uint64_t k, int round16,
+                                                        uint64_t step, uint64_t n, uint64_t k, int nranks, int round16,
                                                         unsigned sum_type, uint32_t limit) {
     const unsigned int nonfinite = sc->nonfinite;
     const uint64_t nsel = nonfinite ? 0 : sc->sel.nsel;
@@ -362,7 +363,7 @@ __global__ void __launch_bounds__(kThreads) pack_kernel(scratch *sc, const uint3
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         dgc_wire_header h;
         h.magic = DGC_WIRE_MAGIC;
-        h.flags = nonfinite ? DGC_WIRE_NONFINITE : 0u;
+        h.flags = (nonfinite ? DGC_WIRE_NONFINITE : 0u) | kept_age_bits(sc, step, nranks);
         h.step = step;
         h.n = n;
         h.k = k;
@@ -522,7 +523,7 @@ extern "C" int dgc_gpu_compress(dgc_gpu_state *s, const void *g, void *out, dgc_
         CHECK("launching the payload's scale");
     }
     pack_kernel<<<grid_for(k, s->sms, 4), kThreads, 0, st>>>(sc, dk.Current(), dv.Current(), s->payload, p->step, n,
-                                                             k, round16, p->sum_type, limit);
+                                                             k, p->nranks, round16, p->sum_type, limit);
     CHECK("launching the payload's packing");
     return 0;
 }

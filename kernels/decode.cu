@@ -83,6 +83,7 @@ __global__ void finalize_kernel(const char *gathered, int nranks, uint64_t step,
     const unsigned long long key = sc->bad_key, code = sc->code_bad_key;
     sc->bad_key = kNoBad; /* ready for the next call */
     sc->code_bad_key = kNoBad;
+    sc->subtract = 0;
     /* A failed rank drops the step before any slot or code is looked at,
      * unless some header is bad: headers are all a rank without state can
      * check, and it must decide as this one does (invariant 3). */
@@ -118,6 +119,7 @@ __global__ void finalize_kernel(const char *gathered, int nranks, uint64_t step,
         report_dropped(rep, first_failed, state_count);
     } else {
         sc->dec_mode = DEC_OK;
+        sc->subtract = agreed_age(gathered, stride, nranks) != 0;
     }
 }
 
@@ -145,7 +147,7 @@ __global__ void __launch_bounds__(kThreads) add_kernel(const char *pl, uint64_t 
  * out[idx] += (-m) * val, the product rounded, then the sum). */
 __global__ void __launch_bounds__(kThreads) sub_kernel(const char *prev, int r, int nranks, float neg_m, float *acc,
                                                        const scratch *sc) {
-    if (sc->dec_mode != DEC_OK || sc->prev_kind != PREV_SPARSE || sc->prev_nranks != nranks) return;
+    if (sc->dec_mode != DEC_OK || !sc->subtract || sc->prev_kind != PREV_SPARSE || sc->prev_nranks != nranks) return;
     const uint64_t k = sc->prev_k;
     const char *pl = payload_at(prev, r, k);
     const uint32_t *idx = indices_of(pl);
@@ -163,7 +165,7 @@ __global__ void __launch_bounds__(kThreads) sub_kernel(const char *prev, int r, 
  * step (the MPI path's subtract_previous: out[i] += (-m) * prev[i]). */
 __global__ void __launch_bounds__(kThreads) sub_dense_kernel(const float *prev, uint64_t n, float neg_m, float *acc,
                                                              const scratch *sc) {
-    if (sc->dec_mode != DEC_OK || sc->prev_kind != PREV_DENSE) return;
+    if (sc->dec_mode != DEC_OK || !sc->subtract || sc->prev_kind != PREV_DENSE) return;
     for (uint64_t i = blockIdx.x * (uint64_t)kThreads + threadIdx.x; i < n; i += (uint64_t)gridDim.x * kThreads) {
         const float d = neg_m * prev[i];
         acc[i] = acc[i] + d;
@@ -171,13 +173,14 @@ __global__ void __launch_bounds__(kThreads) sub_dense_kernel(const float *prev, 
 }
 
 /* A dense-transport step keeps its sum S_t as a dense vector. After a dense
- * step, one pass subtracts m S_{t-1} and keeps S_t in its place (the MPI
- * path's compensate_dense); otherwise S_t is copied first, and the kept
- * payloads (if any) are subtracted after it by sub_kernel. */
+ * step, one pass subtracts m S_{t-1} (when the headers agreed on its age)
+ * and keeps S_t in its place (the MPI path's compensate_dense); otherwise
+ * S_t is copied first, and the kept payloads (if any) are subtracted after
+ * it by sub_kernel. */
 __global__ void __launch_bounds__(kThreads) keep_dense_kernel(float *prev, uint64_t n, float neg_m, float *acc,
                                                               const scratch *sc) {
     if (sc->dec_mode != DEC_OK) return;
-    const bool swap = sc->prev_kind == PREV_DENSE;
+    const bool swap = sc->prev_kind == PREV_DENSE && sc->subtract;
     for (uint64_t i = blockIdx.x * (uint64_t)kThreads + threadIdx.x; i < n; i += (uint64_t)gridDim.x * kThreads) {
         const float x = acc[i];
         if (swap) {
@@ -238,7 +241,7 @@ __global__ void __launch_bounds__(kThreads) mask_kernel(const scratch *sc, const
  * (PREV_DENSE). */
 __global__ void __launch_bounds__(kThreads) finish_kernel(scratch *sc, const unsigned long long *gathered,
                                                           unsigned long long *prev, uint64_t words, uint64_t k,
-                                                          int nranks, int keep) {
+                                                          int nranks, int keep, uint64_t step) {
     if (sc->dec_mode != DEC_OK) return;
     if (keep == PREV_SPARSE)
         for (uint64_t w = blockIdx.x * (uint64_t)kThreads + threadIdx.x; w < words; w += (uint64_t)gridDim.x * kThreads)
@@ -249,6 +252,7 @@ __global__ void __launch_bounds__(kThreads) finish_kernel(scratch *sc, const uns
             sc->prev_kind = keep;
             sc->prev_k = k;
             sc->prev_nranks = nranks;
+            sc->prev_step = step;
         }
     }
 }
@@ -354,7 +358,7 @@ int launch_decode_tail(dgc_gpu_state *s, void *out, float *acc, dgc_gpu_dtype dt
     const uint64_t words = keep == PREV_SPARSE ? (uint64_t)nranks * dgc_wire_bytes(k) / 8 : 0;
     finish_kernel<<<words ? grid_for(words, s->sms, 8) : 1, kThreads, 0, st>>>(
         sc, static_cast<const unsigned long long *>(s->gathered), static_cast<unsigned long long *>(s->prev), words, k,
-        nranks, keep);
+        nranks, keep, p->step);
     CHECK("launching the commit");
     return 0;
 }

@@ -15,7 +15,7 @@
  *   tail out    spare = v[block * nranks ..], zeros after: the dense sum
  *               works on whole blocks, the rest goes one element a rank
  *   ... the front end's collectives ...
- *   decide      one thread: every header checked, the flags read
+ *   decide      one thread: every header checked, the flags and ages read
  *   tail in     v[block * nranks ..] = spare
  *   clear       fp32: v = 0 for a bad header (the all-gather's decode
  *               leaves zero); 16-bit: widen, acc = v, or 0 for a bad header,
@@ -56,7 +56,9 @@ template <typename T> __global__ void tail_in_kernel(T *rest, uint64_t rem, cons
 
 __global__ void decide_kernel(const char *headers, int nranks, uint64_t step, uint64_t n, uint64_t k, scratch *sc,
                               dgc_gpu_report *rep, unsigned long long *state_count) {
-    sc->dec_mode = decide_from_headers(headers, kHeaderStride, nranks, step, n, k, rep, state_count);
+    const int mode = decide_from_headers(headers, kHeaderStride, nranks, step, n, k, rep, state_count);
+    sc->dec_mode = mode;
+    sc->subtract = mode == DEC_OK && agreed_age(headers, kHeaderStride, nranks) != 0;
 }
 
 __global__ void __launch_bounds__(kThreads) clear_kernel(float *v, uint64_t n, const scratch *sc) {

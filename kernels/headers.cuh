@@ -20,7 +20,7 @@ __device__ __forceinline__ const dgc_wire_header *header_at(const char *base, in
 __device__ __forceinline__ unsigned int header_fault(const dgc_wire_header *h, uint64_t step, uint64_t n, uint64_t k,
                                                      unsigned long long *value) {
     if (h->magic != DGC_WIRE_MAGIC) { *value = h->magic; return DGC_GPU_BAD_MAGIC; }
-    if (h->flags & ~kKnownFlags) { *value = h->flags; return DGC_GPU_BAD_MAGIC; }
+    if (h->flags & DGC_WIRE_FLAG_BITS & ~kKnownFlags) { *value = h->flags; return DGC_GPU_BAD_MAGIC; }
     if (h->step != step) { *value = h->step; return DGC_GPU_BAD_HEADER; }
     if (h->n != n) { *value = h->n; return DGC_GPU_BAD_HEADER; }
     if (h->k != k) { *value = h->k; return DGC_GPU_BAD_HEADER; }
@@ -82,6 +82,23 @@ __device__ __forceinline__ int scan_flags(const char *base, size_t stride, int n
         if (f & DGC_WIRE_NONFINITE) *nonfinite = true;
     }
     return first_failed;
+}
+
+/* The age of the kept sum every header reports (wire.h), when all report
+ * the same one below DGC_WIRE_AGE_MAX; else 0: no rank subtracts its kept
+ * sum (the host's dgc_wire_scan). */
+__device__ __forceinline__ unsigned int agreed_age(const char *base, size_t stride, int nranks) {
+    const unsigned int age = DGC_WIRE_AGE(header_at(base, 0, stride)->flags);
+    for (int r = 1; r < nranks; r++)
+        if (DGC_WIRE_AGE(header_at(base, r, stride)->flags) != age) return 0;
+    return age < DGC_WIRE_AGE_MAX ? age : 0;
+}
+
+/* This rank's age of its kept sum for a call at step on nranks (wire.h):
+ * 0 when it keeps none that call can use. */
+__device__ __forceinline__ uint32_t kept_age_bits(const scratch *sc, uint64_t step, int nranks) {
+    const bool kept = sc->prev_kind == PREV_DENSE || (sc->prev_kind == PREV_SPARSE && sc->prev_nranks == nranks);
+    return kept && step > sc->prev_step ? DGC_WIRE_AGE_BITS(step - sc->prev_step) : 0u;
 }
 
 /* Headers only (a rank without state, or the dense transport): the lowest

@@ -82,7 +82,9 @@ struct scratch {
     int prev_kind;           /* PREV_*: how the last committed step's sum is kept */
     int prev_nranks;
     int mode;                /* MODE_* of this call's selection */
+    int subtract;            /* every header reported the same age of its kept sum: compensate */
     unsigned long long prev_k;
+    unsigned long long prev_step; /* the step the kept sum was summed at (the headers' age) */
     float scale;             /* clipping factor (1 when clipping is off) */
     unsigned int clip_done;  /* blocks finished in the sum of squares */
     unsigned int nonfinite;  /* some updated v is Inf or NaN */

@@ -36,6 +36,7 @@ static double now(void) {
 }
 
 static int compensating(const dgc_step_params *p, const dgc_config *cfg);
+static uint64_t kept_age(const dgc_buffer *b, const dgc_step_params *p, const dgc_config *cfg);
 
 /* A call's payloads: the engine writes the plain layout (wire.h: 8 bytes a
  * pair); the sparse all-gather carries them in the compact encoding
@@ -95,6 +96,7 @@ static int prepare(dgc_buffer *b, int local, const float *g, float *work, const 
         DGC_ERROR("no memory for the selection scratch of a %llu-element buffer", (unsigned long long)b->count);
         return DGC_PART_FAILED;
     }
+    dgc_wire_header_of(b->payload)->flags |= DGC_WIRE_AGE_BITS(kept_age(b, p, cfg));
     if (encode(b, p, l)) {
         dgc_discard(b->state);
         return DGC_PART_FAILED;
@@ -147,34 +149,57 @@ static int dense_path(dgc_comm *c, dgc_buffer *b, int local, const float *g, flo
  * buffer still holds the last finite S. S_{t-1} is kept as the previous
  * step's received compact payloads, or, after a dense-transport step, as the
  * dense sum itself (smaller then: the transport went dense because N
- * payloads outweigh the dense vector). */
+ * payloads outweigh the dense vector).
+ *
+ * Each rank keeps S with its own state of the buffer, and a buffer can get
+ * a new state on one rank alone (it moved there) or find an older one (it
+ * moved back). So every header reports the age of the S its sender keeps
+ * (kept_age), and m S is subtracted only when all report the same age
+ * (dgc_wire_summary.age): then all hold the same step's S. Otherwise no rank
+ * subtracts (the compensation restarts, on every rank alike), and each keeps
+ * this step's S. */
 static int compensating(const dgc_step_params *p, const dgc_config *cfg) {
     return cfg->compensate && p->momentum != 0.0f;
 }
 
+/* This rank's age of its kept S for this call (wire.h), 0 for none. */
+static uint64_t kept_age(const dgc_buffer *b, const dgc_step_params *p, const dgc_config *cfg) {
+    int kept = b->prev_dense || (b->prev_code.k && b->prev_nranks == p->nranks);
+    return compensating(p, cfg) && kept && p->step > b->prev_step ? p->step - b->prev_step : 0;
+}
+
+/* A rank that keeps an S the headers did not agree on drops it: at debug
+ * level, since a buffer that moves on some rank does so every step. */
+static void restart_note(const dgc_buffer *b, const dgc_step_params *p, const dgc_config *cfg) {
+    if (kept_age(b, p, cfg))
+        DGC_DEBUG("step %llu on a %llu-element buffer: the ranks do not all keep the same step's sum, so the "
+                  "momentum compensation restarts", (unsigned long long)p->step, (unsigned long long)b->count);
+}
+
 /* out -= m * S_{t-1}, whichever way S_{t-1} was kept; every rank holds the
- * same S_{t-1} bytes and subtracts in the same order. */
+ * same S_{t-1} bytes (the headers agreed on its age) and subtracts in the
+ * same order. */
 static void subtract_previous(dgc_buffer *b, float *out, const dgc_step_params *p) {
     char err[256];
     if (b->prev_dense) {
         const float *prev = b->prev, scale = -p->momentum;
         for (uint64_t i = 0; i < b->count; i++) out[i] += scale * prev[i];
-    } else if (b->prev_code.k && b->prev_nranks == p->nranks) {
-        const dgc_compact_layout *code = &b->prev_code;
-        if (dgc_compact_add((const char *)b->prev + code->bytes, code->bytes, p->nranks, code, -p->momentum, out,
-                            err, sizeof err)) /* they were summed once already: cannot happen */
-            DGC_ERROR("kept payloads of a %llu-element buffer no longer pass their checks (a bug): %s",
-                      (unsigned long long)b->count, err);
-    } else if (b->prev_code.k) {
-        DGC_WARN("kept payloads of a %llu-element buffer came from %d ranks, this call has %d: compensation restarts",
-                 (unsigned long long)b->count, b->prev_nranks, p->nranks);
+        return;
     }
+    const dgc_compact_layout *code = &b->prev_code;
+    if (dgc_compact_add((const char *)b->prev + code->bytes, code->bytes, p->nranks, code, -p->momentum, out, err,
+                        sizeof err)) /* they were summed once already: cannot happen */
+        DGC_ERROR("kept payloads of a %llu-element buffer no longer pass their checks (a bug): %s",
+                  (unsigned long long)b->count, err);
 }
 
-static void compensate(dgc_buffer *b, float *out, const dgc_step_params *p, const layout *l, const dgc_config *cfg) {
+/* agreed: every header reported the same age of its kept S (nonzero). */
+static void compensate(dgc_buffer *b, float *out, const dgc_step_params *p, const layout *l, const dgc_config *cfg,
+                       uint32_t agreed) {
     if (!compensating(p, cfg)) return;
-    subtract_previous(b, out, p);
-    dgc_registry_keep_wire(b, &l->code, p->nranks);
+    if (agreed) subtract_previous(b, out, p);
+    else restart_note(b, p, cfg);
+    dgc_registry_keep_wire(b, &l->code, p->step, p->nranks);
 }
 
 /* The same after a dense-transport step: out holds S_t, which becomes the
@@ -182,21 +207,24 @@ static void compensate(dgc_buffer *b, float *out, const dgc_step_params *p, cons
  * keeps the new one in its place; else S_t is copied into the gathered
  * buffer (prepare sized it so: nothing can fail here, on one rank alone),
  * the kept pairs subtracted, and the two swapped. */
-static void compensate_dense(dgc_buffer *b, float *out, const dgc_step_params *p, const dgc_config *cfg) {
+static void compensate_dense(dgc_buffer *b, float *out, const dgc_step_params *p, const dgc_config *cfg,
+                             uint32_t agreed) {
     if (!compensating(p, cfg)) return;
+    if (!agreed) restart_note(b, p, cfg);
     if (b->prev_dense) {
         float *prev = b->prev;
         const float scale = -p->momentum;
         for (uint64_t i = 0; i < b->count; i++) {
             float s = out[i];
-            out[i] = s + scale * prev[i];
+            if (agreed) out[i] = s + scale * prev[i];
             prev[i] = s;
         }
+        b->prev_step = p->step;
         return;
     }
     memcpy(b->gathered, out, (size_t)b->count * sizeof *out);
-    subtract_previous(b, out, p);
-    dgc_registry_keep_dense(b, p->nranks);
+    if (agreed) subtract_previous(b, out, p);
+    dgc_registry_keep_dense(b, p->step, p->nranks);
 }
 
 static void count_call(dgc_buffer *b, const layout *l, double seconds) {
@@ -216,7 +244,7 @@ static void count_call(dgc_buffer *b, const layout *l, double seconds) {
  * would be. The same pairs, residual and masking as the all-gather; only the
  * order of the additions differs, and it is the same on every rank. */
 static int dense_transport_path(dgc_comm *c, dgc_buffer *b, float *work, const dgc_step_params *p, const layout *l,
-                                MPI_Comm comm, const dgc_config *cfg, double engine_seconds) {
+                                MPI_Comm comm, const dgc_config *cfg, uint32_t agreed, double engine_seconds) {
     double t0 = now();
     dgc_wire_add_own(b->payload, p->k, work);
     double t1 = now();
@@ -227,7 +255,7 @@ static int dense_transport_path(dgc_comm *c, dgc_buffer *b, float *work, const d
     }
     double t2 = now();
     dgc_commit(b->state, p);
-    compensate_dense(b, work, p, cfg);
+    compensate_dense(b, work, p, cfg, agreed);
     count_call(b, l, engine_seconds + (t1 - t0) + (now() - t2));
     return MPI_SUCCESS;
 }
@@ -235,7 +263,7 @@ static int dense_transport_path(dgc_comm *c, dgc_buffer *b, float *work, const d
 /* All ranks took part with state: the payloads if only the headers came yet,
  * then sum and commit. */
 static int sparse_path(dgc_buffer *b, float *work, const dgc_step_params *p, const layout *l, MPI_Comm comm,
-                       const dgc_config *cfg, double engine_seconds) {
+                       const dgc_config *cfg, uint32_t agreed, double engine_seconds) {
     char *wire = b->wire, *received = wire + l->bytes;
     if (!l->whole) {
         int words = (int)(l->bytes / 8);
@@ -253,7 +281,7 @@ static int sparse_path(dgc_buffer *b, float *work, const dgc_step_params *p, con
     dgc_decode_result r = dgc_compact_decode(received, p->nranks, p->step, &l->code, work, err, sizeof err);
     if (r == DGC_DECODE_OK) {
         dgc_commit(b->state, p);
-        compensate(b, work, p, l, cfg);
+        compensate(b, work, p, l, cfg, agreed);
     } else {
         dgc_discard(b->state);
     }
@@ -334,6 +362,6 @@ int dgc_mpi_exchange(dgc_comm *c, dgc_buffer *b, int local, const float *g, floa
         if (b) count_call(b, &l, engine_seconds);
         return rc;
     }
-    if (l.dense) return dense_transport_path(c, b, work, p, &l, comm, cfg, engine_seconds);
-    return sparse_path(b, work, p, &l, comm, cfg, engine_seconds);
+    if (l.dense) return dense_transport_path(c, b, work, p, &l, comm, cfg, sum.age, engine_seconds);
+    return sparse_path(b, work, p, &l, comm, cfg, sum.age, engine_seconds);
 }

@@ -429,15 +429,17 @@ static void swap_into_prev(dgc_buffer *b, void **buf, size_t *cap) {
     *cap = c;
 }
 
-void dgc_registry_keep_dense(dgc_buffer *b, int nranks) {
+void dgc_registry_keep_dense(dgc_buffer *b, uint64_t step, int nranks) {
     swap_into_prev(b, &b->gathered, &b->gathered_cap);
+    b->prev_step = step;
     b->prev_code = (dgc_compact_layout){0};
     b->prev_nranks = nranks;
     b->prev_dense = 1;
 }
 
-void dgc_registry_keep_wire(dgc_buffer *b, const dgc_compact_layout *code, int nranks) {
+void dgc_registry_keep_wire(dgc_buffer *b, const dgc_compact_layout *code, uint64_t step, int nranks) {
     swap_into_prev(b, &b->wire, &b->wire_cap);
+    b->prev_step = step;
     b->prev_code = *code;
     b->prev_nranks = nranks;
     b->prev_dense = 0;

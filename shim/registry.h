@@ -68,9 +68,11 @@ typedef struct dgc_buffer {
      * (its compact payloads as received: prev_nranks of them, laid out as
      * prev_code, the first at prev + prev_code.bytes; prev_code.k 0 when
      * there is none), or with prev_dense the last step's dense sum S (count
-     * floats): it went by the dense transport. */
+     * floats): it went by the dense transport. prev_step: the step it was
+     * summed at (what the headers' age is reckoned from). */
     void *prev;
     size_t prev_cap;
+    uint64_t prev_step;
     int prev_nranks;
     int prev_dense;
     dgc_compact_layout prev_code;
@@ -182,13 +184,13 @@ int dgc_registry_reserve(dgc_buffer *b, size_t bytes, int nranks);
  * in the compact encoding), giving back room far beyond that. */
 int dgc_registry_reserve_wire(dgc_buffer *b, size_t bytes);
 
-/* Keeps this step's dense sum (in gathered) as the previous step's: swaps
+/* Keeps the dense sum of step (in gathered) as the previous step's: swaps
  * gathered and prev, so no copy. */
-void dgc_registry_keep_dense(dgc_buffer *b, int nranks);
+void dgc_registry_keep_dense(dgc_buffer *b, uint64_t step, int nranks);
 
-/* Keeps this step's received compact payloads (in wire, after this rank's
+/* Keeps the received compact payloads of step (in wire, after this rank's
  * own, laid out as code) as the previous step's: swaps wire and prev. */
-void dgc_registry_keep_wire(dgc_buffer *b, const dgc_compact_layout *code, int nranks);
+void dgc_registry_keep_wire(dgc_buffer *b, const dgc_compact_layout *code, uint64_t step, int nranks);
 
 /* Re-reads the memory an entry holds into the totals. */
 void dgc_registry_account(dgc_buffer *b);

@@ -29,12 +29,13 @@ static const char *payload_at(const void *gathered, int rank, uint64_t k) {
 static int check_header(const char *p, int rank, uint64_t step, uint64_t n, uint64_t k, uint32_t flags_ok,
                         dgc_wire_header *h, char *err, size_t errlen) {
     memcpy(h, p, sizeof *h);
-    if (h->magic != DGC_WIRE_MAGIC || (h->flags & ~KNOWN_FLAGS) != 0) {
+    const uint32_t flags = h->flags & DGC_WIRE_FLAG_BITS; /* the rest is the age */
+    if (h->magic != DGC_WIRE_MAGIC || (flags & ~KNOWN_FLAGS) != 0) {
         snprintf(err, errlen, "payload from rank %d is not a dgcshim payload (magic 0x%08x flags 0x%x)",
                  rank, h->magic, h->flags);
         return -1;
     }
-    if ((h->flags & ~flags_ok) != 0 || ((h->flags & DGC_WIRE_FAILED) && (h->flags & DGC_WIRE_DENSE))) {
+    if ((flags & ~flags_ok) != 0 || ((flags & DGC_WIRE_FAILED) && (flags & DGC_WIRE_DENSE))) {
         snprintf(err, errlen, "payload from rank %d carries flags 0x%x where they cannot be", rank, h->flags);
         return -1;
     }
@@ -68,11 +69,15 @@ static int check_payload(const char *p, int rank, uint64_t step, uint64_t n, uin
 
 dgc_decode_result dgc_wire_scan(const void *base, size_t stride, int nranks, uint64_t step, uint64_t n,
                                 uint64_t k, dgc_wire_summary *sum, char *err, size_t errlen) {
-    *sum = (dgc_wire_summary){0, -1, 0, 0};
+    *sum = (dgc_wire_summary){0, -1, 0, 0, 0};
+    uint32_t age = 0;
+    int agree = 1;
     for (int r = 0; r < nranks; r++) {
         dgc_wire_header h;
         if (check_header((const char *)base + (size_t)r * stride, r, step, n, k, KNOWN_FLAGS, &h, err, errlen))
             return DGC_DECODE_BAD;
+        if (r == 0) age = DGC_WIRE_AGE(h.flags);
+        agree &= DGC_WIRE_AGE(h.flags) == age;
         if (h.flags & DGC_WIRE_FAILED) {
             if (sum->first_failed < 0) sum->first_failed = r;
             sum->failed++;
@@ -80,6 +85,7 @@ dgc_decode_result dgc_wire_scan(const void *base, size_t stride, int nranks, uin
         sum->dense += (h.flags & DGC_WIRE_DENSE) != 0;
         sum->nonfinite += (h.flags & DGC_WIRE_NONFINITE) != 0;
     }
+    sum->age = agree && age < DGC_WIRE_AGE_MAX ? age : 0;
     return DGC_DECODE_OK;
 }
 

@@ -20,6 +20,21 @@ extern "C" {
  * budget, DGC_MAX_STATE_MB): only the header is meaningful, and the call is
  * summed densely on every rank. */
 #define DGC_WIRE_DENSE 4u
+/* The flags above live in the low 8 bits. Bits 8 to 31 carry the age of the
+ * sum S the sender keeps for momentum compensation (DGC_COMPENSATE): this
+ * call's step minus the step S was summed at; 0 when it keeps none this call
+ * can use; DGC_WIRE_AGE_MAX for any age from there on. Each rank keeps S
+ * with its own state of the buffer, and a state can be new on one rank
+ * alone (the buffer moved there: a fresh allocation), or older than the
+ * others' (moved back): the ranks subtract m S only when every header
+ * reports the same age below DGC_WIRE_AGE_MAX, so that all subtract the same
+ * step's sum, or none does (invariant 3). */
+#define DGC_WIRE_FLAG_BITS 0xffu
+#define DGC_WIRE_AGE_SHIFT 8
+#define DGC_WIRE_AGE_MAX 0xffffffu
+#define DGC_WIRE_AGE(flags) ((uint32_t)(flags) >> DGC_WIRE_AGE_SHIFT)
+#define DGC_WIRE_AGE_BITS(age) \
+    (((uint64_t)(age) < DGC_WIRE_AGE_MAX ? (uint32_t)(age) : DGC_WIRE_AGE_MAX) << DGC_WIRE_AGE_SHIFT)
 
 typedef struct {
     uint32_t magic;
@@ -51,11 +66,13 @@ typedef struct {
     int first_failed; /* the lowest of them, -1 when none */
     int dense;        /* ranks that flagged DGC_WIRE_DENSE */
     int nonfinite;    /* ranks that flagged DGC_WIRE_NONFINITE */
+    uint32_t age;     /* the age of the kept sum every rank reported, when all agree on one
+                       * below DGC_WIRE_AGE_MAX; else 0: no rank subtracts its kept sum */
 } dgc_wire_summary;
 
 /* Checks the header of each of nranks payloads, which start stride bytes
  * apart (only their first sizeof(dgc_wire_header) bytes are read), against
- * the expected step, n and k, and sums up their flags. Returns DGC_DECODE_OK,
+ * the expected step, n and k, and sums up their flags and ages. Returns DGC_DECODE_OK,
  * or DGC_DECODE_BAD with err naming the rank and what was wrong. */
 dgc_decode_result dgc_wire_scan(const void *base, size_t stride, int nranks, uint64_t step, uint64_t n,
                                 uint64_t k, dgc_wire_summary *sum, char *err, size_t errlen);

@@ -149,6 +149,12 @@ mpi_case(memory_budget_mixed --check $<TARGET_FILE:lifetime_check> -e DGC_SAMPLE
 # Resident memory during and after warm-up against the README's formula.
 mpi_case(memory_formula --check $<TARGET_FILE:lifetime_check> -e DGC_MOMENTUM=0.9 -e DGC_WARMUP_STEPS=8
          -- memory --n 4194304 --warmup 8 --momentum 0.9 --sparsity 0.999)
+# With momentum compensation, rank 0's buffer moves to a fresh state (and
+# back, to a state whose S_{t-1} is older than the others'): the ranks agree
+# from the headers whether to subtract, by either transport.
+mpi_case(buffer_moved_on_one_rank ${LIFE} -e DGC_MOMENTUM=0.9 -- moved)
+mpi_case(buffer_moved_and_back_on_one_rank ${LIFE} -e DGC_MOMENTUM=0.9 -- moved --back 1)
+mpi_case(buffer_moved_and_back_dense ${LIFE} -e DGC_MOMENTUM=0.9 -e DGC_TRANSPORT=dense -- moved --back 1)
 
 # ---- failures (failure_check) ----
 set(FAILS --check $<TARGET_FILE:failure_check> ${EXACT} -e DGC_VALUE_BITS=32)

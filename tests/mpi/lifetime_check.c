@@ -30,6 +30,10 @@
  *   lifetime_check memory --n N --warmup W --momentum m
  *       resident memory during warm-up and after it against the README's
  *       formula
+ *   lifetime_check moved [--back 1]
+ *       with momentum compensation, rank 0's gradient buffer moves to a
+ *       fresh allocation at step 3 (--back: and back at step 4): every
+ *       rank's output stays the same bytes at every step
  *
  * Prints "PASS mode" on rank 0, or the first failure and exits 1. */
 #include <math.h>
@@ -43,7 +47,7 @@
 typedef struct {
     long n, buffers, rounds, idle, warmup;
     double sparsity, momentum;
-    int shared_out, mixed, fresh;
+    int shared_out, mixed, fresh, back;
     const char *free_how;
 } options;
 
@@ -312,6 +316,30 @@ static void mode_fusion(const options *o) {
     if (rank == 0) printf("PASS fusion\n");
 }
 
+/* ---- one rank's buffer moves ----
+ * With momentum compensation the output is S_t - m S_{t-1}, and each rank
+ * keeps S_{t-1} with its buffer's state. A buffer that moves on one rank
+ * alone (a fresh allocation after an evaluation or a checkpoint there) finds
+ * a new state without S_{t-1} while the others' have it; moved back, it
+ * finds an S older than the others'. Either way every rank must return the
+ * same bytes: whether to subtract is one decision for all. */
+static void mode_moved(const options *o) {
+    long n = o->n, steps = 8;
+    float *home = malloc((size_t)n * sizeof *home), *away = malloc((size_t)n * sizeof *away);
+    for (long s = 0; s < steps; s++) {
+        int moved = rank == 0 && (o->back ? s == 3 : s >= 3);
+        float *buf = moved ? away : home;
+        fill_grad(buf, rank, s, n);
+        MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        char what[80];
+        snprintf(what, sizeof what, "step %ld (rank 0's buffer %s)", s, moved ? "moved" : "at home");
+        check_identical(buf, n, MPI_COMM_WORLD, what);
+    }
+    free(home);
+    free(away);
+    if (rank == 0) printf("PASS moved%s: %ld steps, the same bytes on every rank\n", o->back ? " and back" : "", steps);
+}
+
 static void parse(int argc, char **argv, options *o) {
     *o = (options){.n = 40000, .buffers = 100, .rounds = 3, .idle = 10, .sparsity = 0.99, .free_how = "free"};
     for (int i = 2; i + 1 < argc; i += 2) {
@@ -326,6 +354,7 @@ static void parse(int argc, char **argv, options *o) {
         else if (!strcmp(k, "--shared-out")) o->shared_out = atoi(v);
         else if (!strcmp(k, "--mixed")) o->mixed = atoi(v);
         else if (!strcmp(k, "--fresh")) o->fresh = atoi(v);
+        else if (!strcmp(k, "--back")) o->back = atoi(v);
         else if (!strcmp(k, "--free")) o->free_how = v;
         else fail("unknown option %s", k);
     }
@@ -343,6 +372,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "memory")) mode_memory(&o);
     else if (!strcmp(mode, "growth")) mode_growth(&o);
     else if (!strcmp(mode, "fusion")) mode_fusion(&o);
+    else if (!strcmp(mode, "moved")) mode_moved(&o);
     else fail("unknown mode '%s'", mode);
     MPI_Finalize();
     return 0;

@@ -179,6 +179,44 @@ Test(wire_decode, nonfinite_flag_makes_every_element_nan) {
     }
 }
 
+/* The age of the kept sum (flags bits 8 to 31): the summary gives it only
+ * when every rank reports the same one below DGC_WIRE_AGE_MAX, whatever the
+ * other flags; an age is never a fault, and the decoder sums as before. */
+Test(wire_scan, ages_count_only_when_every_rank_reports_the_same) {
+    const uint64_t n = 50, k = 4, step = 9;
+    const struct {
+        uint32_t age[3];
+        uint32_t want;
+    } cases[] = {
+        {{1, 1, 1}, 1},
+        {{7, 7, 7}, 7},
+        {{0, 0, 0}, 0},
+        {{1, 1, 0}, 0},               /* a rank with a new state keeps none */
+        {{0, 1, 1}, 0},
+        {{2, 1, 1}, 0},               /* a rank whose state is older */
+        {{DGC_WIRE_AGE_MAX - 1, DGC_WIRE_AGE_MAX - 1, DGC_WIRE_AGE_MAX - 1}, DGC_WIRE_AGE_MAX - 1},
+        {{DGC_WIRE_AGE_MAX, DGC_WIRE_AGE_MAX, DGC_WIRE_AGE_MAX}, 0}, /* saturated: equal need not be the same step */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (uint32_t flag = 0; flag <= DGC_WIRE_NONFINITE; flag++) {
+            gathered g = random_gathered(3, k, step, n);
+            for (int r = 0; r < 3; r++) set_header(&g, r, flag | DGC_WIRE_AGE_BITS(cases[c].age[r]), step, n);
+            dgc_wire_summary sum;
+            char err[256] = "";
+            cr_assert_eq(dgc_wire_scan(g.buf, dgc_wire_bytes(k), 3, step, n, k, &sum, err, sizeof err), DGC_DECODE_OK,
+                         "case %zu: %s", c, err);
+            cr_assert_eq(sum.age, cases[c].want, "case %zu flags %u: age %u, want %u", c, flag, sum.age,
+                         cases[c].want);
+            cr_assert_eq(sum.nonfinite, flag ? 3 : 0, "case %zu: the age hid the non-finite flag", c);
+            float out[50];
+            cr_assert_eq(dgc_wire_decode(g.buf, 3, step, n, k, out, err, sizeof err),
+                         flag ? DGC_DECODE_NONFINITE : DGC_DECODE_OK, "case %zu: %s", c, err);
+            free(g.buf);
+        }
+    cr_assert_eq(DGC_WIRE_AGE_BITS(UINT64_C(1) << 40), DGC_WIRE_AGE_MAX << DGC_WIRE_AGE_SHIFT, "ages saturate");
+    cr_assert_eq(DGC_WIRE_AGE(DGC_WIRE_AGE_BITS(5) | DGC_WIRE_NONFINITE), 5u);
+}
+
 /* One way to break rank `rank`'s payload. */
 typedef enum {
     BREAK_MAGIC,
@@ -194,7 +232,7 @@ typedef enum {
 } breakage;
 
 static const char *const breakage_names[BREAK_COUNT] = {"magic",     "step",        "n",
-                                                        "k",         "flag bit 1",  "flag bit 31",
+                                                        "k",         "flag bit 1",  "flag bit 7",
                                                         "index == n", "index 2^32-1", "index == n in the last slot"};
 
 static void break_payload(gathered *g, int rank, breakage b, uint64_t n) {
@@ -205,7 +243,7 @@ static void break_payload(gathered *g, int rank, breakage b, uint64_t n) {
     case BREAK_N: h->n = n + 1; break;
     case BREAK_K: h->k = g->k - 1; break;
     case BREAK_FLAG_BIT1: h->flags |= 2u; break;
-    case BREAK_FLAG_HIGH: h->flags |= 0x80000000u; break;
+    case BREAK_FLAG_HIGH: h->flags |= 0x80u; break; /* the highest flag bit; bits 8 up are the age */
     case BREAK_INDEX_EQ_N: dgc_wire_indices(h)[0] = (uint32_t)n; break;
     case BREAK_INDEX_HUGE: dgc_wire_indices(h)[1] = 0xffffffffu; break;
     case BREAK_INDEX_LAST_SLOT: dgc_wire_indices(h)[g->k - 1] = (uint32_t)n; break;

@@ -284,6 +284,7 @@ struct sim {
     std::vector<uint8_t> hprev;            /* host compensation: last finite step's gathered payloads, */
     uint64_t hprev_k = 0;                  /* their k (0: none kept as payloads) */
     std::vector<float> hprev_dense;        /* or its dense sum (a dense-transport step) */
+    uint64_t hprev_step = 0;               /* the step it was summed at: its age in the headers */
     uint64_t kmax = 0;
     int64_t poison_sum = -1;               /* dense_exchange: this element of the sum made Inf (16-bit) */
     bool ok = true;
@@ -604,9 +605,14 @@ int run_step(sim &S, uint64_t step, int poison_rank = -1, uint64_t poison_index 
         }
         const uint8_t *gp = gathered.data() + (size_t)r * wb;
         const dgc_wire_header hh = header_of(hpay.data()), gh = header_of(gp);
-        if (hh.magic != gh.magic || hh.flags != gh.flags || hh.step != gh.step || hh.n != gh.n || hh.k != gh.k) {
-            fail("rank %d header: host (magic 0x%x flags %u step %llu n %llu k %llu), gpu (0x%x %u %llu %llu %llu) (%s)",
-                 r, hh.magic, hh.flags, (unsigned long long)hh.step, (unsigned long long)hh.n,
+        /* The host engine leaves the age to its front end; the device packs
+         * it: the steps since the kept sum's (wire.h), 0 while none is kept. */
+        const bool kept = c.v.compensate && c.v.m > 0 && (S.hprev_k || !S.hprev_dense.empty());
+        const uint32_t want_flags = hh.flags | (kept ? DGC_WIRE_AGE_BITS(step - S.hprev_step) : 0u);
+        if (hh.magic != gh.magic || want_flags != gh.flags || hh.step != gh.step || hh.n != gh.n || hh.k != gh.k) {
+            fail("rank %d header: host (magic 0x%x flags 0x%x step %llu n %llu k %llu), gpu (0x%x 0x%x %llu %llu %llu) "
+                 "(%s)",
+                 r, hh.magic, want_flags, (unsigned long long)hh.step, (unsigned long long)hh.n,
                  (unsigned long long)hh.k, gh.magic, gh.flags, (unsigned long long)gh.step, (unsigned long long)gh.n,
                  (unsigned long long)gh.k, what.c_str());
             return STEP_FAIL;
@@ -716,6 +722,7 @@ int run_step(sim &S, uint64_t step, int poison_rank = -1, uint64_t poison_index 
             else if (!S.hprev_dense.empty())
                 for (uint64_t i = 0; i < n; i++) hout[i] += -c.v.m * S.hprev_dense[i];
             S.hprev_k = dense ? 0 : k;
+            S.hprev_step = step;
             if (dense) S.hprev_dense = sum;
             else S.hprev = gathered, S.hprev_dense.clear();
         }

@@ -983,6 +983,37 @@ static void case_half_clamp(void) {
     NCCL_OK(ncclCommDestroy(comm));
 }
 
+/* With momentum compensation, rank 0's buffer moves to a fresh allocation
+ * at step 3 (a state that keeps no S_{t-1}) and back at step 4 (a state
+ * whose S is a step older than rank 1's): the headers' ages decide whether
+ * to subtract m S, on every rank alike, so both return the same bytes at
+ * every step (the shim once subtracted on rank 1 alone). */
+static void case_moved(void) {
+    ncclComm_t comm = make_comm(1);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    const long n = 20001;
+    const size_t bytes = (size_t)n * sizeof(float);
+    float *g = malloc(bytes), *out = malloc(bytes);
+    if (!g || !out) fail("no host memory");
+    float *home = dev_alloc(bytes), *away = dev_alloc(bytes);
+    for (long step = 0; step < 8; step++) {
+        float *x = rank == 0 && step == 3 ? away : home;
+        fill(g, rank, 700, step, n);
+        upload(x, g, bytes);
+        NCCL_OK(ncclAllReduce(x, x, (size_t)n, ncclFloat32, ncclSum, comm, s));
+        download(out, x, bytes, s);
+        char what[64];
+        snprintf(what, sizeof what, "step %ld (rank 0's buffer %s)", step, x == away ? "moved" : "at home");
+        check_identical(out, bytes, what);
+    }
+    CUDA_OK(cudaFree(home));
+    CUDA_OK(cudaFree(away));
+    free(g);
+    free(out);
+    NCCL_OK(ncclCommDestroy(comm));
+}
+
 /* ---- the table ---- */
 
 typedef struct {
@@ -1034,6 +1065,9 @@ static const test_case cases[] = {
     {"fp16_clamp", case_half_clamp, {SPARSE, "DGC_TRANSPORT=sparse", "DGC_STATS=1"}, NULL},
     {"fp16_clamp_fp32", case_half_clamp, {SPARSE, "DGC_TRANSPORT=sparse", "DGC_VALUE_BITS=32"}, NULL},
     {"dense_fp16_clamp", case_half_clamp, {SPARSE, DENSE, "DGC_STATS=1"}, NULL},
+    /* A buffer that moves on one rank, with momentum compensation. */
+    {"moved", case_moved, {SPARSE, "DGC_MOMENTUM=0.9", "DGC_STATS=1", "DGC_LOG_LEVEL=debug"}, NULL},
+    {"dense_moved", case_moved, {SPARSE, DENSE, "DGC_MOMENTUM=0.9", "DGC_STATS=1", "DGC_LOG_LEVEL=debug"}, NULL},
 };
 
 static void set_env(const char *assignment) {
