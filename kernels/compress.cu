@@ -10,6 +10,9 @@
  *   decide        which selection: all candidates (<= k), the top k of them
  *                 (<= the candidate room), or the exact top k of the buffer
  *   select x4     the k-th largest |v| of that set (returns at once for "all")
+ *   ties x5       among candidates, when only some ties at t go: the index
+ *                 of the last one taken (a select by index; returns at once
+ *                 otherwise)
  *   compact x2    the selection into k slots: values above t in any order,
  *                 ties at t in index order (the host's rule), padding after
  *   sort          the slots by index (cub radix sort, padding key n last)
@@ -18,8 +21,8 @@
  * The selected set is the host's: both draw the same sample and find its
  * exact want-th largest, so both test against the same threshold, count the
  * same candidates and take the same path; within a path both take the exact
- * top k (ties at the k-th value aside, where the host's quickselect is
- * arbitrary, except on the exact path, where both take ties in index order). */
+ * top k, and the ties at the k-th value that fit in index order: the same
+ * pairs, bit for bit, on every run. */
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_radix_sort.cuh>
@@ -37,9 +40,10 @@ namespace {
 
 __global__ void __launch_bounds__(kThreads) init_kernel(scratch *sc, float *v2, uint64_t ns, uint64_t count,
                                                         uint64_t want) {
-    select_job *a = &sc->sample, *b = &sc->sel;
+    select_job *a = &sc->sample, *b = &sc->sel, *c = &sc->tie;
     a->hist[threadIdx.x] = 0;
     b->hist[threadIdx.x] = 0;
+    c->hist[threadIdx.x] = 0;
     if (threadIdx.x != 0) return;
     sc->nonfinite = 0;
     sc->sum_nonfinite = 0;
@@ -58,9 +62,13 @@ __global__ void __launch_bounds__(kThreads) init_kernel(scratch *sc, float *v2, 
     a->want = a->want0 = want;
     a->prefix = a->mask = 0;
     a->active = 1;
+    a->by_index = 0;
     a->done = 0;
     b->active = 0;
+    b->by_index = 0;
     b->done = 0;
+    c->active = 0;
+    c->done = 0;
 }
 
 struct update_args {
@@ -244,26 +252,51 @@ __device__ __forceinline__ void block_range(uint64_t count, uint64_t *lo, uint64
     *hi = (blockIdx.x + 1) * count / gridDim.x;
 }
 
+/* Among candidates, when only some ties at t go: the host takes them in
+ * index order, but the update pass stored the candidates in whatever order
+ * its warps reserved their slots. So a select by index among the ties finds
+ * the ties_take-th smallest index (the tie job), and the compaction takes
+ * the ties up to it. (On the exact path positions are indices: ties_kernel
+ * takes them in order; with all ties taken, order does not matter.) */
+__global__ void tie_setup_kernel(scratch *sc) {
+    const select_job *j = &sc->sel;
+    select_job *t = &sc->tie;
+    t->active = sc->mode == MODE_CANDIDATES && !j->ties_all;
+    if (!t->active) return;
+    t->vals = j->vals;
+    t->idx = j->idx;
+    t->count = j->count;
+    t->want = t->want0 = j->ties_take;
+    t->prefix = t->mask = 0;
+    t->done = 0;
+    t->by_index = 1;
+    t->match = j->tbits;
+}
+
 /* Values above t go to slots [0, cnt_gt) (exactly that many exist); ties go
- * too when all of them are taken; the ties in each block's range are counted
- * for the ordered pass. */
+ * too when all of them are taken, or, among candidates, those at indices up
+ * to the tie job's cut (exactly ties_take); the ties in each block's range
+ * are counted for the ordered pass of the exact path. */
 __global__ void __launch_bounds__(kThreads) compact_kernel(scratch *sc, uint32_t *keys, float *vals) {
     typedef cub::BlockReduce<unsigned int, kThreads> reduce_t;
     __shared__ typename reduce_t::TempStorage tmp;
     const sel_view j = view_of(&sc->sel);
     const unsigned int lane = lane_id();
+    const bool cut = sc->tie.active;                /* candidates, some ties: up to the cut index */
+    const uint32_t last = ~sc->tie.tbits;
     uint64_t lo, hi;
     block_range(j.count, &lo, &hi);
     unsigned int ties = 0;
     for (uint64_t base = lo + (threadIdx.x & ~31u); base < hi; base += kThreads) {
         const uint64_t i = base + lane;
-        bool gt = false, eq = false;
+        bool gt = false, eq = false, take = false;
         float x = 0.0f;
         if (i < hi) {
             x = j.vals[i];
             const unsigned int key = abs_key(x);
             gt = key > j.tbits;
             eq = key == j.tbits;
+            take = eq && (j.ties_all || (cut && index_of(j, i) <= last));
         }
         ties += eq;
         if (__any_sync(kFullMask, gt)) {
@@ -273,9 +306,9 @@ __global__ void __launch_bounds__(kThreads) compact_kernel(scratch *sc, uint32_t
                 vals[slot] = x;
             }
         }
-        if (j.ties_all && __any_sync(kFullMask, eq)) {
-            const unsigned long long slot = warp_reserve(&sc->tie_fill, eq);
-            if (eq && slot < j.ties_take) {
+        if ((j.ties_all || cut) && __any_sync(kFullMask, take)) {
+            const unsigned long long slot = warp_reserve(&sc->tie_fill, take);
+            if (take && slot < j.ties_take) {
                 keys[j.cnt_gt + slot] = index_of(j, i);
                 vals[j.cnt_gt + slot] = x;
             }
@@ -302,7 +335,7 @@ __global__ void __launch_bounds__(kThreads) ties_kernel(scratch *sc, uint32_t *k
         keys[s] = pad;
         vals[s] = 0.0f;
     }
-    if (j.ties_all) return;
+    if (j.ties_all || sc->tie.active) return; /* the compaction took them */
     unsigned long long mine = 0;
     for (unsigned int q = threadIdx.x; q < blockIdx.x; q += kThreads) mine += sc->blk_ties[q];
     const unsigned long long sum = reduce_t(tmp.reduce).Sum(mine);
@@ -443,6 +476,18 @@ extern "C" int dgc_gpu_compress(dgc_gpu_state *s, const void *g, void *out, dgc_
                  (unsigned long long)n, (unsigned long long)sh->k, (int)sh->dtype, sh->value_bits);
         return fail_msg(err, errlen, msg);
     }
+    /* A buffer not aligned to its elements would fault the kernels' typed
+     * loads, and a misaligned-address fault ends the whole CUDA context,
+     * the application's with it: refused, so that this rank takes part
+     * flagged and the call fails on every rank instead. (No framework
+     * hands NCCL such a buffer; NCCL itself would take it.) */
+    const uintptr_t align = dtype == DGC_GPU_F32 ? 4 : 2;
+    if ((uintptr_t)g % align || (uintptr_t)out % align) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "dgc_gpu_compress: buffers at %p and %p are not aligned to their %u-byte elements",
+                 g, out, (unsigned)align);
+        return fail_msg(err, errlen, msg);
+    }
     /* Before any launch: a call refused here leaves nothing half enqueued. */
     if (check_sort_temp(s, k, sort_end_bit(n), err, errlen)) return -1;
     cudaStream_t st = (cudaStream_t)stream;
@@ -498,6 +543,10 @@ extern "C" int dgc_gpu_compress(dgc_gpu_state *s, const void *g, void *out, dgc_
     CHECK("launching the selection's decision");
     if ((e = launch_select(s, &sc->sel, n, st)) != cudaSuccess)
         return fail(err, errlen, "launching the top-k select", e);
+    tie_setup_kernel<<<1, 1, 0, st>>>(sc);
+    CHECK("launching the ties' setup");
+    if ((e = launch_select(s, &sc->tie, cap, st)) != cudaSuccess)
+        return fail(err, errlen, "launching the ties' select", e);
     compact_kernel<<<kCompactBlocks, kThreads, 0, st>>>(sc, s->keys[0], s->vals[0]);
     CHECK("launching the selection's compaction");
     ties_kernel<<<kCompactBlocks, kThreads, 0, st>>>(sc, s->keys[0], s->vals[0], k, (uint32_t)n);

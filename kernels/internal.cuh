@@ -49,6 +49,9 @@ struct select_job {
     unsigned long long count, want, want0;
     unsigned int prefix, mask; /* the digits fixed so far */
     unsigned int active;   /* 0: every pass returns at once */
+    unsigned int by_index; /* keys are ~index, among the values whose key is match: the job finds
+                            * the want-th smallest index of those (the ties' cut, in index order) */
+    unsigned int match;
     unsigned int done;     /* blocks finished in the current pass */
     unsigned int hist[256];
     /* results, after the fourth pass */
@@ -99,6 +102,7 @@ struct scratch {
     int scale_e;             /* the payload's scale exponent (0 unless 16-bit values) */
     select_job sample;       /* the threshold from the sample */
     select_job sel;          /* the exact top k among candidates or the whole buffer */
+    select_job tie;          /* among candidates, when only some ties at t go: the last index taken */
     unsigned int blk_ties[kCompactBlocks];
     double clip_part[kClipBlocks];
 };

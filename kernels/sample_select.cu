@@ -80,8 +80,9 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-/* One 8-bit pass of a radix select. Keys whose fixed digits (mask) match
- * prefix are counted by their digit at shift; equal digits within a warp are
+/* One 8-bit pass of a radix select. Keys (|value| bits, or ~index among the
+ * values equal to match: by_index) whose fixed digits (mask) match prefix
+ * are counted by their digit at shift; equal digits within a warp are
  * merged first (match_any), since the leading digits of similar magnitudes
  * collide. The last block to finish picks the digit holding the want-th
  * largest and narrows prefix for the next pass; after the fourth, the key
@@ -96,8 +97,9 @@ __global__ void __launch_bounds__(kThreads) select_pass(select_job *job, int pas
     h[threadIdx.x] = 0;
     __syncthreads();
     const unsigned int shift = 24u - 8u * (unsigned)pass;
-    const unsigned int prefix = job->prefix, mask = job->mask;
+    const unsigned int prefix = job->prefix, mask = job->mask, by_index = job->by_index, match = job->match;
     const float *vals = job->vals;
+    const uint32_t *idx = job->idx;
     const uint64_t count = job->count;
     const uint64_t stride = (uint64_t)gridDim.x * kThreads;
     /* The loop bound is the warp's, so that every lane reaches the ballot. */
@@ -106,8 +108,10 @@ __global__ void __launch_bounds__(kThreads) select_pass(select_job *job, int pas
         bool in = false;
         unsigned int digit = 0;
         if (i < count) {
-            const unsigned int key = abs_key(vals[i]);
-            in = (key & mask) == prefix;
+            const unsigned int vkey = abs_key(vals[i]);
+            /* By index: the largest ~index is the smallest index. */
+            const unsigned int key = by_index ? ~idx[i] : vkey;
+            in = (!by_index || vkey == match) && (key & mask) == prefix;
             digit = (key >> shift) & 255u;
         }
         const unsigned int act = __ballot_sync(kFullMask, in);
