@@ -27,20 +27,24 @@ __device__ __forceinline__ unsigned int header_fault(const dgc_wire_header *h, u
     return 0;
 }
 
-/* The first bad payload goes into the report once; the fields before bad,
- * so that a host seeing bad set reads them whole. Mapped memory: plain
- * stores from one thread, no atomics (not atomic over PCIe). */
+/* A step with a bad payload: counted every time, the first one's details
+ * kept; the fields before bad, and bad before the count, so that a host
+ * seeing the count move reads them whole. Mapped memory: plain stores from
+ * one thread, no atomics (not atomic over PCIe). */
 __device__ __forceinline__ void report_bad(dgc_gpu_report *rep, unsigned int reason, int rank, uint64_t slot,
                                            uint64_t value, uint64_t step) {
     if (!rep) return;
     volatile dgc_gpu_report *r = rep;
-    if (r->bad != 0) return;
-    r->bad_rank = rank;
-    r->bad_slot = slot;
-    r->bad_value = value;
-    r->bad_step = step;
+    if (r->bad == 0) {
+        r->bad_rank = rank;
+        r->bad_slot = slot;
+        r->bad_value = value;
+        r->bad_step = step;
+        __threadfence_system();
+        r->bad = reason;
+    }
     __threadfence_system();
-    r->bad = reason;
+    r->bad_steps = r->bad_steps + 1;
 }
 
 /* Some rank failed or was non-finite: the counters. */

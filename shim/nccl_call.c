@@ -81,14 +81,22 @@ static ncclResult_t news(dgc_comm *c) {
     dgc_nccl_comm *x = dgc_nccl_ext(c);
     const volatile dgc_gpu_report *r = x->report;
     ncclResult_t rc = ncclSuccess;
-    uint32_t bad = r->bad;
-    atomic_thread_fence(memory_order_acquire); /* the details were written before bad */
-    if (bad && !x->bad_said) {
-        x->bad_said = 1;
-        DGC_ERROR("a payload from rank %d failed its check on the device (%s; slot %llu, value %llu, step %llu): "
-                  "that step changed no state on any rank; this call returns ncclInvalidUsage",
-                  (int)r->bad_rank, bad_reason(bad, r->bad_value), (unsigned long long)r->bad_slot,
-                  (unsigned long long)r->bad_value, (unsigned long long)r->bad_step);
+    uint64_t bad_steps = r->bad_steps;
+    atomic_thread_fence(memory_order_acquire); /* bad and its details were written before the count */
+    if (bad_steps != x->bad_seen) {
+        /* Every step with a bad payload fails a call: its output was left
+         * zero, not a sum (invariant 4); the first one is named. */
+        if (x->bad_seen == 0)
+            DGC_ERROR("a payload from rank %d failed its check on the device (%s; slot %llu, value %llu, step %llu): "
+                      "that step changed no state on any rank, its output is zero; this call returns "
+                      "ncclInvalidUsage",
+                      (int)r->bad_rank, bad_reason(r->bad, r->bad_value), (unsigned long long)r->bad_slot,
+                      (unsigned long long)r->bad_value, (unsigned long long)r->bad_step);
+        else
+            DGC_ERROR("%llu more step(s) had a bad payload (output zero, no state changed); this call returns "
+                      "ncclInvalidUsage",
+                      (unsigned long long)(bad_steps - x->bad_seen));
+        x->bad_seen = bad_steps;
         rc = ncclInvalidUsage;
     }
     uint64_t failed = r->failed;

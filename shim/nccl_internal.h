@@ -88,7 +88,7 @@ typedef struct {
     dgc_gpu_report *report;   /* what the device tells the host (mapped pinned memory) */
     uint64_t failed_seen;     /* report->failed at the last look */
     uint64_t nonfinite_seen;  /* report->nonfinite at the last look */
-    int bad_said;             /* report->bad was logged */
+    uint64_t bad_seen;        /* report->bad_steps at the last look */
     uint64_t retired;         /* states retired because a new buffer overlapped them */
     int retire_warned;
 } dgc_nccl_comm;

@@ -63,8 +63,9 @@ enum {
  * (so it may lag by the calls still in flight). One per communicator. The
  * first bad payload is kept (bad_* are written once, bad last); within one
  * call "first" is the lowest (rank, slot), a header counting as slot 0 of
- * its rank. The counters add up: a dropped step counts in failed (with
- * failed_rank) when some rank flagged DGC_WIRE_FAILED, else in nonfinite. */
+ * its rank. The counters add up: every step with a bad payload in
+ * bad_steps (after bad is set), a dropped step in failed (with failed_rank)
+ * when some rank flagged DGC_WIRE_FAILED, else in nonfinite. */
 typedef struct {
     uint32_t bad;         /* DGC_GPU_BAD_* of the first bad payload seen, 0 when none */
     int32_t bad_rank;     /* the rank that sent it */
@@ -75,6 +76,7 @@ typedef struct {
     uint64_t failed;      /* steps dropped because some rank flagged DGC_WIRE_FAILED */
     int32_t failed_rank;  /* the lowest such rank of the latest */
     uint32_t pad;
+    uint64_t bad_steps;   /* steps with a bad payload (output zero, no state changed), the first one's in bad_* */
 } dgc_gpu_report;
 
 /* A zeroed report in mapped pinned memory, or NULL (no device, no memory). */

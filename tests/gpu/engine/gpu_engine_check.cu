@@ -1223,9 +1223,11 @@ void case_bad_payloads() {
         if (memcmp(v0.data(), v1.data(), n * 4) || memcmp(u0.data(), u1.data(), n * 4))
             fail("%s: the state changed", bc.name);
     }
-    /* The report keeps the first: another bad decode (bad magic, rank 1)
-     * leaves the last case's record, and so does a good step. */
+    /* The report keeps the first: another bad decode (bad magic, rank 0)
+     * leaves the last case's record, and so does a good step; but it counts
+     * every bad step, so that the host fails each one's call. */
     const dgc_gpu_report kept = *S.rep[0];
+    if (kept.bad_steps != 1) fail("the report counts %llu bad steps, want 1", (unsigned long long)kept.bad_steps);
     {
         std::vector<uint8_t> gth((size_t)c.nranks * wb);
         CK(cudaMemcpy(gth.data(), dgc_gpu_gathered(S.gs[0]), gth.size(), cudaMemcpyDeviceToHost));
@@ -1239,7 +1241,10 @@ void case_bad_payloads() {
     /* Nothing of the bad calls remains: the next good step matches the host. */
     const int good = run_step(S, step);
     if (good == STEP_FAIL) fail("the good step after the bad payloads does not match the host");
-    if (memcmp(&kept, S.rep[0], sizeof kept) != 0)
+    dgc_gpu_report now = *S.rep[0];
+    if (now.bad_steps != 2) fail("after a second bad step the report counts %llu, want 2", (unsigned long long)now.bad_steps);
+    now.bad_steps = kept.bad_steps;
+    if (memcmp(&kept, &now, sizeof kept) != 0)
         fail("the report's first bad payload was overwritten (bad %u rank %d slot %llu, kept %u rank %d slot %llu)",
              S.rep[0]->bad, S.rep[0]->bad_rank, (unsigned long long)S.rep[0]->bad_slot, kept.bad, kept.bad_rank,
              (unsigned long long)kept.bad_slot);
