@@ -83,6 +83,7 @@ static ncclResult_t after_outermost(const dgc_nccl_api *api, ncclResult_t rc) {
         drop();
         return rc;
     }
+    const ncclResult_t real = rc;
     if (rc == ncclInProgress) { /* non-blocking communicators: ours may be used once they have settled */
         rc = ncclSuccess;
         for (int i = 0; i < group.nchecks; i++) {
@@ -118,7 +119,10 @@ static ncclResult_t after_outermost(const dgc_nccl_api *api, ncclResult_t rc) {
     }
     dgc_device_leave(&g);
     drop();
-    return first;
+    /* The group's other members may be on non-blocking communicators still
+     * in progress: the caller polls them when told ncclInProgress, as NCCL
+     * told the shim (ours have settled, and poll as done). */
+    return first == ncclSuccess && real == ncclInProgress ? ncclInProgress : first;
 }
 
 DGC_EXPORT ncclResult_t ncclGroupStart(void) {
