@@ -272,7 +272,9 @@ __global__ void flag_only_kernel(void *payload, uint32_t flags, uint64_t step, u
  * leave theirs, so that all ranks agree (invariant 3): zero when a header
  * is bad (they add nothing), else NaN (the step fails everywhere). Every
  * block decides from the same headers, so no block waits for another;
- * block 0 alone writes the report. */
+ * block 0 alone writes the report. An output not aligned to its elements
+ * (a rank whose compression refused it takes part this way) is written
+ * byte by byte: a typed store there would end the CUDA context. */
 template <int DT>
 __global__ void __launch_bounds__(kThreads) stateless_kernel(const char *gathered, size_t stride, int nranks,
                                                              uint64_t step, uint64_t n, uint64_t k,
@@ -282,9 +284,18 @@ __global__ void __launch_bounds__(kThreads) stateless_kernel(const char *gathere
         mode = decide_from_headers(gathered, stride, nranks, step, n, k, blockIdx.x == 0 ? rep : nullptr, nullptr);
     __syncthreads();
     const bool zero = mode == DEC_BAD;
+    constexpr unsigned es = sizeof(typename elem<DT>::type);
+    const bool odd = reinterpret_cast<uintptr_t>(out) % es != 0;
+    const uint32_t bits = zero ? 0u : elem<DT>::nan_bits;
     for (uint64_t i = blockIdx.x * (uint64_t)kThreads + threadIdx.x; i < n; i += (uint64_t)gridDim.x * kThreads) {
-        if (zero) elem<DT>::store(out, i, 0.0f);
-        else elem<DT>::store_nan(out, i);
+        if (odd) {
+            unsigned char *o = static_cast<unsigned char *>(out) + i * es;
+            for (unsigned b = 0; b < es; b++) o[b] = (unsigned char)(bits >> (8 * b)); /* little-endian */
+        } else if (zero) {
+            elem<DT>::store(out, i, 0.0f);
+        } else {
+            elem<DT>::store_nan(out, i);
+        }
     }
 }
 

@@ -26,6 +26,7 @@ template <> struct elem<DGC_GPU_F32> {
     static __device__ __forceinline__ void store_nan(void *p, uint64_t i) {
         static_cast<uint32_t *>(p)[i] = 0x7fc00000u; /* the host's __builtin_nanf("") */
     }
+    static constexpr uint32_t nan_bits = 0x7fc00000u;
     static constexpr size_t align4 = 16; /* alignment load4 needs */
 };
 template <> struct elem<DGC_GPU_F16> {
@@ -46,6 +47,7 @@ template <> struct elem<DGC_GPU_F16> {
     static __device__ __forceinline__ void store_nan(void *p, uint64_t i) {
         static_cast<uint16_t *>(p)[i] = 0x7e00u;
     }
+    static constexpr uint32_t nan_bits = 0x7e00u;
     static constexpr size_t align4 = 8;
 };
 template <> struct elem<DGC_GPU_BF16> {
@@ -65,6 +67,7 @@ template <> struct elem<DGC_GPU_BF16> {
     static __device__ __forceinline__ void store_nan(void *p, uint64_t i) {
         static_cast<uint16_t *>(p)[i] = 0x7fc0u;
     }
+    static constexpr uint32_t nan_bits = 0x7fc0u;
     static constexpr size_t align4 = 8;
 };
 

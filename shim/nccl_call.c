@@ -88,10 +88,11 @@ static ncclResult_t news(dgc_comm *c) {
          * zero, not a sum (invariant 4); the first one is named. */
         if (x->bad_seen == 0)
             DGC_ERROR("a payload from rank %d failed its check on the device (%s; slot %llu, value %llu, step %llu): "
-                      "that step changed no state on any rank, its output is zero; this call returns "
-                      "ncclInvalidUsage",
+                      "that step changed no state on any rank, its output is zero (%llu such step(s) so far); this "
+                      "call returns ncclInvalidUsage",
                       (int)r->bad_rank, bad_reason(r->bad, r->bad_value), (unsigned long long)r->bad_slot,
-                      (unsigned long long)r->bad_value, (unsigned long long)r->bad_step);
+                      (unsigned long long)r->bad_value, (unsigned long long)r->bad_step,
+                      (unsigned long long)bad_steps);
         else
             DGC_ERROR("%llu more step(s) had a bad payload (output zero, no state changed); this call returns "
                       "ncclInvalidUsage",
@@ -102,8 +103,8 @@ static ncclResult_t news(dgc_comm *c) {
     uint64_t failed = r->failed;
     if (failed != x->failed_seen) {
         DGC_ERROR("%llu step(s) failed on every rank because rank %d could not take part (no device memory for "
-                  "its state, or over its DGC_MAX_STATE_MB: its own log says): output NaN, no state changed; this "
-                  "call returns ncclSystemError",
+                  "its state, over its DGC_MAX_STATE_MB, or a buffer it could not compress: its own log says): output "
+                  "NaN, no state changed; this call returns ncclSystemError",
                   (unsigned long long)(failed - x->failed_seen), (int)r->failed_rank);
         x->failed_seen = failed;
         if (rc == ncclSuccess) rc = ncclSystemError;

@@ -1014,6 +1014,46 @@ static void case_moved(void) {
     NCCL_OK(ncclCommDestroy(comm));
 }
 
+/* A float buffer one byte off its alignment on every rank (NCCL takes it;
+ * the shim's typed loads would fault, ending the CUDA context): each rank's
+ * compression refuses it, every rank takes part flagged, the output is NaN
+ * (written byte by byte), later calls return ncclSystemError, and the CUDA
+ * context lives on: an ordinary aligned call afterwards works. */
+static void case_misaligned(void) {
+    ncclComm_t comm = make_comm(1);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    const long n = 20001;
+    const size_t bytes = (size_t)n * sizeof(float);
+    float *g = malloc(bytes), *out = malloc(bytes);
+    int32_t *ix = malloc(4000 * 4);
+    if (!g || !out || !ix) fail("no host memory");
+    char *raw = dev_alloc(bytes + 8);
+    float *x = (float *)(raw + 1);
+    for (int call = 0; call < 3; call++) {
+        fill(g, rank, 810, call, n);
+        upload(x, g, bytes);
+        ncclResult_t r = ncclAllReduce(x, x, (size_t)n, ncclFloat32, ncclSum, comm, s);
+        ncclResult_t want = call == 0 ? ncclSuccess : ncclSystemError;
+        if (r != want) fail("call %d returned %d, want %d", call, (int)r, (int)want);
+        download(out, x, bytes, s);
+        for (long i = 0; i < n; i++)
+            if (!isnan(out[i])) fail("call %d: element %ld is %.9g, want NaN (the call failed everywhere)", call, i, out[i]);
+        check_identical(out, bytes, "misaligned");
+    }
+    int32_t *ibuf = dev_alloc(4000 * 4);
+    int_data(ix, rank, 4000);
+    upload(ibuf, ix, 4000 * 4);
+    NCCL_OK(ncclAllReduce(ibuf, ibuf, 4000, ncclInt32, ncclSum, comm, s));
+    check_int_sum(ibuf, 4000, s);
+    CUDA_OK(cudaFree(raw));
+    CUDA_OK(cudaFree(ibuf));
+    free(g);
+    free(out);
+    free(ix);
+    NCCL_OK(ncclCommDestroy(comm));
+}
+
 /* ---- the table ---- */
 
 typedef struct {
@@ -1067,6 +1107,8 @@ static const test_case cases[] = {
     {"dense_fp16_clamp", case_half_clamp, {SPARSE, DENSE, "DGC_STATS=1"}, NULL},
     /* A buffer that moves on one rank, with momentum compensation. */
     {"moved", case_moved, {SPARSE, "DGC_MOMENTUM=0.9", "DGC_STATS=1", "DGC_LOG_LEVEL=debug"}, NULL},
+    {"misaligned", case_misaligned, {SPARSE, "DGC_STATS=1"}, NULL},
+    {"dense_misaligned", case_misaligned, {SPARSE, DENSE, "DGC_STATS=1"}, NULL},
     {"dense_moved", case_moved, {SPARSE, DENSE, "DGC_MOMENTUM=0.9", "DGC_STATS=1", "DGC_LOG_LEVEL=debug"}, NULL},
 };
 
