@@ -807,6 +807,38 @@ static void case_buckets(void) {
     NCCL_OK(ncclCommDestroy(comm));
 }
 
+/* Three float sums on x that fail on every rank (some rank takes part
+ * flagged): output NaN, identical everywhere; the first returns
+ * ncclSuccess (the host reads the device's report later, without waiting),
+ * the next ncclSystemError, while every rank still issues the same
+ * collectives: an ordinary int call afterwards works on all. */
+static void calls_fail_everywhere(ncclComm_t comm, cudaStream_t s, float *x, long n, uint64_t tag, const char *what) {
+    const size_t bytes = (size_t)n * sizeof(float);
+    float *g = malloc(bytes), *out = malloc(bytes);
+    int32_t *ix = malloc(4000 * 4);
+    if (!g || !out || !ix) fail("no host memory");
+    for (int call = 0; call < 3; call++) {
+        fill(g, rank, tag, call, n);
+        upload(x, g, bytes);
+        ncclResult_t r = ncclAllReduce(x, x, (size_t)n, ncclFloat32, ncclSum, comm, s);
+        ncclResult_t want = call == 0 ? ncclSuccess : ncclSystemError;
+        if (r != want) fail("%s: call %d returned %d, want %d", what, call, (int)r, (int)want);
+        download(out, x, bytes, s);
+        for (long i = 0; i < n; i++)
+            if (!isnan(out[i])) fail("%s: call %d: element %ld is %.9g, want NaN (a rank took part flagged)", what, call, i, out[i]);
+        check_identical(out, bytes, what);
+    }
+    int32_t *ibuf = dev_alloc(4000 * 4);
+    int_data(ix, rank, 4000);
+    upload(ibuf, ix, 4000 * 4);
+    NCCL_OK(ncclAllReduce(ibuf, ibuf, 4000, ncclInt32, ncclSum, comm, s));
+    check_int_sum(ibuf, 4000, s);
+    CUDA_OK(cudaFree(ibuf));
+    free(g);
+    free(out);
+    free(ix);
+}
+
 /* Rank 1 may not make a state (DGC_MAX_STATE_MB=1, a per-rank option): it
  * still takes part, with a flagged payload, and every rank's output is NaN;
  * from the next call on (the host reads the device's report then, without
@@ -817,28 +849,9 @@ static void case_over_budget(void) {
     cudaStream_t s;
     CUDA_OK(cudaStreamCreate(&s));
     const long n = 1L << 20;
-    const size_t bytes = (size_t)n * sizeof(float);
-    float *g = malloc(bytes), *out = malloc(bytes);
-    int32_t *ix = malloc(4000 * 4);
-    if (!g || !out || !ix) fail("no host memory");
-    float *x = dev_alloc(bytes);
-    int32_t *ibuf = dev_alloc(4000 * 4);
-    for (int call = 0; call < 3; call++) {
-        fill(g, rank, 800, call, n);
-        upload(x, g, bytes);
-        ncclResult_t r = ncclAllReduce(x, x, (size_t)n, ncclFloat32, ncclSum, comm, s);
-        ncclResult_t want = call == 0 ? ncclSuccess : ncclSystemError;
-        if (r != want) fail("call %d returned %d, want %d", call, (int)r, (int)want);
-        download(out, x, bytes, s);
-        for (long i = 0; i < n; i++)
-            if (!isnan(out[i]))
-                fail("call %d: element %ld is %.9g, want NaN (a rank could not take part)", call, i, out[i]);
-        check_identical(out, bytes, "over budget");
-    }
-    int_data(ix, rank, 4000);
-    upload(ibuf, ix, 4000 * 4);
-    NCCL_OK(ncclAllReduce(ibuf, ibuf, 4000, ncclInt32, ncclSum, comm, s));
-    check_int_sum(ibuf, 4000, s);
+    float *x = dev_alloc((size_t)n * sizeof(float));
+    calls_fail_everywhere(comm, s, x, n, 800, "over budget");
+    CUDA_OK(cudaFree(x));
     NCCL_OK(ncclCommDestroy(comm));
 }
 
@@ -1024,33 +1037,9 @@ static void case_misaligned(void) {
     cudaStream_t s;
     CUDA_OK(cudaStreamCreate(&s));
     const long n = 20001;
-    const size_t bytes = (size_t)n * sizeof(float);
-    float *g = malloc(bytes), *out = malloc(bytes);
-    int32_t *ix = malloc(4000 * 4);
-    if (!g || !out || !ix) fail("no host memory");
-    char *raw = dev_alloc(bytes + 8);
-    float *x = (float *)(raw + 1);
-    for (int call = 0; call < 3; call++) {
-        fill(g, rank, 810, call, n);
-        upload(x, g, bytes);
-        ncclResult_t r = ncclAllReduce(x, x, (size_t)n, ncclFloat32, ncclSum, comm, s);
-        ncclResult_t want = call == 0 ? ncclSuccess : ncclSystemError;
-        if (r != want) fail("call %d returned %d, want %d", call, (int)r, (int)want);
-        download(out, x, bytes, s);
-        for (long i = 0; i < n; i++)
-            if (!isnan(out[i])) fail("call %d: element %ld is %.9g, want NaN (the call failed everywhere)", call, i, out[i]);
-        check_identical(out, bytes, "misaligned");
-    }
-    int32_t *ibuf = dev_alloc(4000 * 4);
-    int_data(ix, rank, 4000);
-    upload(ibuf, ix, 4000 * 4);
-    NCCL_OK(ncclAllReduce(ibuf, ibuf, 4000, ncclInt32, ncclSum, comm, s));
-    check_int_sum(ibuf, 4000, s);
+    char *raw = dev_alloc((size_t)n * sizeof(float) + 8);
+    calls_fail_everywhere(comm, s, (float *)(raw + 1), n, 810, "misaligned");
     CUDA_OK(cudaFree(raw));
-    CUDA_OK(cudaFree(ibuf));
-    free(g);
-    free(out);
-    free(ix);
     NCCL_OK(ncclCommDestroy(comm));
 }
 
