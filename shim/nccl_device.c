@@ -23,16 +23,18 @@ int dgc_device_switch(int device) {
 int dgc_device_enter(dgc_device_guard *g, int device) {
     int cur = -1;
     g->saved = cudaGetDevice(&cur) == cudaSuccess ? cur : -1;
-    g->changed = 0;
     if (cur == device && g->saved >= 0) return 0;
-    if (dgc_device_switch(device)) return -1;
-    g->changed = 1;
-    return 0;
+    return dgc_device_switch(device);
 }
 
+/* Asks rather than remembers: a batch after ncclGroupEnd switches to each
+ * communicator's device in turn, so the caller may be on its own device at
+ * entry and on another one now (real NCCL restores it around its group
+ * launch too). */
 void dgc_device_leave(dgc_device_guard *g) {
-    if (g->changed && g->saved >= 0) cudaSetDevice(g->saved);
-    g->changed = 0;
+    int cur = -1;
+    if (g->saved < 0) return;
+    if (cudaGetDevice(&cur) != cudaSuccess || cur != g->saved) cudaSetDevice(g->saved);
 }
 
 int dgc_stream_capturing(cudaStream_t stream) {

@@ -109,15 +109,17 @@ dgc_comm *dgc_nccl_comm_open(const dgc_nccl_api *api, ncclComm_t comm, int devic
  * pointed at the communicator's device before use, and is pointed back at
  * the caller's after, so that the caller's thread sees no change. */
 typedef struct {
-    int saved;   /* the device current on entry, -1 when unknown */
-    int changed; /* the guard switched devices */
+    int saved; /* the device current on entry, -1 when unknown */
 } dgc_device_guard;
 
 /* Makes device current. Returns 0, or -1 (logged) when the runtime fails. */
 int dgc_device_enter(dgc_device_guard *g, int device);
+/* Makes the device current on entry current again, whichever devices were
+ * made current in between (dgc_device_switch). */
 void dgc_device_leave(dgc_device_guard *g);
 
-/* Makes device current without saving (inside an open guard). 0 or -1. */
+/* Makes device current without saving (inside an open guard, whose leave
+ * restores the caller's). 0 or -1. */
 int dgc_device_switch(int device);
 
 /* 1 when stream is being captured into a CUDA graph (or the runtime cannot
@@ -226,5 +228,10 @@ int dgc_nccl_group_defer_check(dgc_comm *c, ncclComm_t comm, cudaStream_t stream
 /* Inside a group: record a compressed call, run after the outermost
  * ncclGroupEnd. 0, or -1 when memory is short (logged). */
 int dgc_nccl_group_defer_call(const dgc_nccl_call *k);
+
+/* The communicator's record is closing (destroy or abort, maybe inside a
+ * group): forgets what this thread's group holds for it. Returns how many
+ * held-back calls were dropped. */
+int dgc_nccl_group_forget(const dgc_comm *c);
 
 #endif
