@@ -66,11 +66,17 @@ dgc_comm *dgc_nccl_comm_open(const dgc_nccl_api *api, ncclComm_t comm, int devic
     return c;
 }
 
-/* Unbinds comm's record; its id (0: none) and device. */
+/* Unbinds comm's record, forgetting what an open group holds for it; its
+ * id (0: none) and device. */
 static uint64_t detach(ncclComm_t comm, int *device) {
     dgc_comm *c = dgc_registry_comm_by_handle(comm);
     if (!c) return 0;
     *device = dgc_nccl_ext(c)->device;
+    int dropped = dgc_nccl_group_forget(c);
+    if (dropped)
+        DGC_WARN("an NCCL communicator was destroyed or aborted inside the group that held %d of its compressed "
+                 "all-reduce(s): they are dropped, their outputs left as they were",
+                 dropped);
     return dgc_registry_comm_unbind(comm);
 }
 

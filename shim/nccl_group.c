@@ -67,6 +67,25 @@ int dgc_nccl_group_defer_call(const dgc_nccl_call *k) {
     return 0;
 }
 
+/* NCCL accepts ncclCommDestroy and ncclCommAbort inside a group (it runs
+ * them at the outermost end), but the shim closes the communicator's record
+ * at once: held-back work on it would run on a freed record and a reclaimed
+ * communicator. Only this thread's group can hold it: NCCL forbids using a
+ * communicator from another thread while it is being destroyed. */
+int dgc_nccl_group_forget(const dgc_comm *c) {
+    int kept = 0, gone = 0;
+    for (int i = 0; i < group.ncalls; i++) {
+        if (group.calls[i].c == c) gone++;
+        else group.calls[kept++] = group.calls[i];
+    }
+    group.ncalls = kept;
+    kept = 0;
+    for (int i = 0; i < group.nchecks; i++)
+        if (group.checks[i].c != c) group.checks[kept++] = group.checks[i];
+    group.nchecks = kept;
+    return gone;
+}
+
 /* Forgets the recorded calls and checks (the checks' communicators stay
  * unchecked: their next candidate call checks them). */
 static void drop(void) {
