@@ -178,7 +178,10 @@ static cudaError_t flagged_buffers(dgc_nccl_call *k) {
     const size_t one = sent_bytes(k);
     k->payload = k->xbuf;
     k->gathered = (char *)k->xbuf + one;
-    if (!k->dense) return cudaSuccess;
+    /* Only the header is written, and only it is read, but the payload
+     * travels whole: fresh pool memory may hold the application's data. */
+    e = cudaMemsetAsync(k->payload, 0, one, k->stream);
+    if (e != cudaSuccess || !k->dense) return e;
     void *spare = (char *)k->gathered + one * r;
     k->vec = (dgc_gpu_dense_vector){
         .body = k->recv, .block = k->count / r, .spare = spare, .type = k->gpu_dtype};
