@@ -58,7 +58,9 @@ DGC_HOSTDEV uint32_t dgc_sum_round_f16_tiny(uint32_t a) {
  * two agree within 0.1%), and a sum that still overflows is caught after it
  * (the step is dropped as non-finite). For bf16, its largest finite value:
  * its range is fp32's, and a sum there overflows only from values near
- * 10^38 (caught the same way). */
+ * 10^38: caught the same way by the dense transport, which sums in bf16;
+ * the sparse one sums in fp32, as for fp32 buffers, and its Inf reaches
+ * the output as a dense all-reduce's would (the step is kept). */
 DGC_HOSTDEV uint32_t dgc_sum_limit_bits(unsigned type, int nranks) {
     if (type == 2u) return DGC_SUM_BF16_MAX_BITS; /* DGC_SUM_BF16 */
     if (type != 1u) return 0x7f7fffffu;           /* fp32: FLT_MAX, no limit */
