@@ -54,7 +54,8 @@ ncclResult_t dgc_nccl_settle(const dgc_nccl_api *api, ncclComm_t comm, ncclResul
     if (rc != ncclInProgress) return rc;
     ncclResult_t st = ncclInProgress;
     while (st == ncclInProgress) {
-        if (api->comm_get_async_error(comm, &st) != ncclSuccess) return ncclInternalError;
+        ncclResult_t q = api->comm_get_async_error(comm, &st);
+        if (q != ncclSuccess) return q; /* NCCL's own answer: a destroyed or invalid communicator */
         if (st == ncclInProgress) sched_yield();
     }
     return st;
