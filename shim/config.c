@@ -6,6 +6,7 @@
 #include "dgcshim/config.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -236,4 +237,17 @@ void dgc_config_install(const dgc_config *cfg) { current = *cfg; }
 int dgc_config_rank(void) { return current_rank; }
 void dgc_config_set_rank(int rank) { current_rank = rank; }
 int dgc_config_job(void) { return current_job; }
+
+int dgc_config_launcher_rank(dgc_env_lookup lookup) {
+    static const char *const names[] = {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *s = lookup(names[i]);
+        if (!s || *s < '0' || *s > '9') continue; /* unset, empty, signed or not a number */
+        char *end = NULL;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (errno == 0 && *end == '\0' && v <= INT_MAX) return (int)v;
+    }
+    return -1;
+}
 void dgc_config_set_job(int job) { current_job = job; }

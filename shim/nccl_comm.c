@@ -41,7 +41,7 @@ dgc_comm *dgc_nccl_comm_open(const dgc_nccl_api *api, ncclComm_t comm, int devic
         DGC_ERROR("ncclCommCount or ncclCommUserRank failed on a communicator: its calls fail");
         return NULL;
     }
-    if (dgc_config_rank() == -1) dgc_config_set_rank(rank); /* log lines carry the first communicator's rank */
+    if (dgc_config_rank() == -1) dgc_config_set_rank(rank); /* no launcher rank: the first communicator's */
     dgc_nccl_banner(api);
     dgc_nccl_comm *x = calloc(1, sizeof *x);
     dgc_comm *c = x ? dgc_registry_comm_open_owned(nranks, 0, DGC_OWNER_NCCL) : NULL;

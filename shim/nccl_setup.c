@@ -26,10 +26,12 @@ static void setup(void) {
         dgc_config_install(&cfg); /* the defaults when it failed: the log level at least */
     }
     dgc_nccl_api *api = dgc_nccl_resolve();
-    /* The rank, for log lines: the communicator of the call that got here
-     * first, when it has one. */
+    /* The rank, for log lines and the rank-0 report: the launcher's, else
+     * the rank in the communicator of the call that got here first (which
+     * may be a subgroup's: several processes would then be rank 0). */
     ncclComm_t first = dgc_registry_slot(DGC_SLOT_NCCL_FIRST_COMM);
-    int rank = -1;
+    int rank = dgc_config_launcher_rank(env_lookup);
+    if (dgc_config_rank() == -1 && rank >= 0) dgc_config_set_rank(rank);
     if (api && first && dgc_config_rank() == -1 && api->comm_user_rank(first, &rank) == ncclSuccess)
         dgc_config_set_rank(rank);
     if (failed) {

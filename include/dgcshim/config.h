@@ -102,9 +102,15 @@ void dgc_config_describe(const dgc_config *cfg, char *buf, size_t len);
 const dgc_config *dgc_config_current(void);
 void dgc_config_install(const dgc_config *cfg);
 
-/* The rank used in log lines (-1 until known). */
+/* The rank used in log lines and for the rank-0 report (-1 until known). */
 int dgc_config_rank(void);
 void dgc_config_set_rank(int rank);
+
+/* The process's rank in the whole job as its launcher exported it: the
+ * first of RANK (torchrun), OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK and
+ * SLURM_PROCID that holds a decimal integer in [0, INT_MAX]; -1 when none
+ * does. An NCCL-only process has no world communicator to ask. */
+int dgc_config_launcher_rank(dgc_env_lookup lookup);
 
 /* The job a spawned process belongs to, for log lines ("rank 0 job 2"); 0
  * for the job mpirun started, whose lines carry no job. */

@@ -615,3 +615,34 @@ Test(config_readme, every_option_has_a_table_row_with_its_default) {
         cr_expect(found[i], "README.md has no table row with `%s` and its default %s", dgc_option_name((dgc_option)i),
                   dgc_option_default((dgc_option)i));
 }
+
+/* ---- the launcher's rank (NCCL-only processes) -------------------------- */
+
+static int launcher_rank(const env_pair *pairs, size_t n) {
+    fake_env = pairs;
+    fake_env_len = n;
+    return dgc_config_launcher_rank(fake_lookup);
+}
+
+Test(launcher_rank, torchrun_rank_first_then_mpi_launchers_then_slurm) {
+    const env_pair all[] = {{"SLURM_PROCID", "5"}, {"PMIX_RANK", "4"}, {"PMI_RANK", "3"},
+                            {"OMPI_COMM_WORLD_RANK", "2"}, {"RANK", "1"}};
+    cr_assert_eq(launcher_rank(all, 5), 1);
+    cr_assert_eq(launcher_rank(all, 4), 2);
+    cr_assert_eq(launcher_rank(all, 3), 3);
+    cr_assert_eq(launcher_rank(all, 2), 4);
+    cr_assert_eq(launcher_rank(all, 1), 5);
+    cr_assert_eq(launcher_rank(all, 0), -1, "no launcher variable: unknown");
+}
+
+Test(launcher_rank, values_that_are_not_a_rank_are_skipped) {
+    const char *bad[] = {"", "-1", "+1", " 1", "1 ", "1x", "0x10", "2147483648", "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const env_pair pairs[] = {{"RANK", bad[i]}, {"OMPI_COMM_WORLD_RANK", "7"}};
+        cr_assert_eq(launcher_rank(pairs, 2), 7, "RANK='%s' is not a rank: the next variable counts", bad[i]);
+    }
+    const env_pair edge[] = {{"RANK", "2147483647"}};
+    cr_assert_eq(launcher_rank(edge, 1), 2147483647);
+    const env_pair zero[] = {{"RANK", "0"}};
+    cr_assert_eq(launcher_rank(zero, 1), 0);
+}
