@@ -237,6 +237,7 @@ void dgc_config_install(const dgc_config *cfg) { current = *cfg; }
 int dgc_config_rank(void) { return current_rank; }
 void dgc_config_set_rank(int rank) { current_rank = rank; }
 int dgc_config_job(void) { return current_job; }
+void dgc_config_set_job(int job) { current_job = job; }
 
 int dgc_config_launcher_rank(dgc_env_lookup lookup) {
     static const char *const names[] = {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
@@ -250,4 +251,3 @@ int dgc_config_launcher_rank(dgc_env_lookup lookup) {
     }
     return -1;
 }
-void dgc_config_set_job(int job) { current_job = job; }
