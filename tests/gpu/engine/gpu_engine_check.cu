@@ -177,11 +177,22 @@ void set_slot(uint8_t *pl, uint64_t k, uint64_t j, uint32_t idx, uint32_t val) {
     memcpy(pl + sizeof(dgc_wire_header) + 4 * k + 4 * j, &val, 4);
 }
 
-/* The first nreal slots of a host payload, sorted by index. */
+/* The pairs of a payload as the wire defines them (wire.h): padding is the
+ * trailing run of (0, +0.0f) slots. Indices strictly increase, so a real
+ * (0, +0.0f) can only come first (a value at index 0 that rounded to +0 for
+ * the wire), and it is real when pairs follow it; alone it is the padding
+ * (the compact count leaves it out). Either way it adds nothing to a sum. */
+bool is_pad(const std::pair<uint32_t, uint32_t> &p) { return p.first == 0 && p.second == 0; }
+void drop_padding(pairs *p) {
+    while (!p->empty() && is_pad(p->back())) p->pop_back();
+}
+
+/* The first nreal slots of a host payload, sorted by index, padding dropped. */
 pairs host_pairs(const uint8_t *pl, uint64_t k, uint64_t nreal) {
     pairs p;
     for (uint64_t j = 0; j < nreal; j++) p.push_back({slot_index(pl, k, j), slot_value(pl, k, j)});
     std::sort(p.begin(), p.end());
+    drop_padding(&p);
     return p;
 }
 
@@ -189,16 +200,12 @@ pairs host_pairs(const uint8_t *pl, uint64_t k, uint64_t nreal) {
  * the GPU rule: strictly increasing real pairs, then padding (0, +0.0f). */
 bool gpu_pairs(const uint8_t *pl, uint64_t k, uint64_t n, pairs *out, std::string *why) {
     out->clear();
-    bool in_padding = false;
     char msg[160];
-    for (uint64_t j = 0; j < k; j++) {
+    uint64_t end = k; /* the padding: slots [end, k) */
+    while (end > 0 && slot_index(pl, k, end - 1) == 0 && slot_value(pl, k, end - 1) == 0) end--;
+    for (uint64_t j = 0; j < end; j++) {
         const uint32_t i = slot_index(pl, k, j), v = slot_value(pl, k, j);
-        const bool pad = i == 0 && v == 0;
-        if (pad) {
-            in_padding = true;
-            continue;
-        }
-        if (in_padding || i >= n || (!out->empty() && out->back().first >= i)) {
+        if (i >= n || (!out->empty() && out->back().first >= i)) {
             snprintf(msg, sizeof msg, "slot %llu (index %u, value 0x%08x) breaks the layout",
                      (unsigned long long)j, i, v);
             *why = msg;
@@ -1098,11 +1105,14 @@ void case_determinism() {
     const dgc_step_params p = S.params(0, k);
     const size_t wb = dgc_wire_bytes(k);
     char err[256];
+    /* One host buffer per rank, alive until the stream is synchronized: an
+     * asynchronous copy from pageable memory may read it late (CUDA only
+     * says such a copy "might be synchronous"; chipStar's is not). */
+    std::vector<hbuf> g(2, hbuf(n, d.dtype));
     for (int r = 0; r < 2; r++) {
-        hbuf g(n, d.dtype);
         std::vector<float> g32;
-        make_grad(d, 0, r, &g, &g32);
-        CK(cudaMemcpyAsync(S.dg[r], g.b.data(), g.b.size(), cudaMemcpyHostToDevice, S.st));
+        make_grad(d, 0, r, &g[r], &g32);
+        CK(cudaMemcpyAsync(S.dg[r], g[r].b.data(), g[r].b.size(), cudaMemcpyHostToDevice, S.st));
         if (dgc_gpu_compress(S.gs[r], S.dg[r], S.dout[r], d.dtype, &p, (dgc_cuda_stream)S.st, err, sizeof err))
             fail("dgc_gpu_compress: %s", err);
     }
@@ -1120,7 +1130,11 @@ void case_determinism() {
     }
     CK(cudaStreamSynchronize(S.st));
     std::vector<float> h(n);
-    if (dgc_wire_decode(gathered.data(), 2, 0, n, k, h.data(), err, sizeof err) != DGC_DECODE_OK)
+    const dgc_decode_result res = dgc_wire_decode(gathered.data(), 2, 0, n, k, h.data(), err, sizeof err);
+    if (res == DGC_DECODE_NONFINITE) /* no message of its own: finite gradients, fresh states */
+        fail("host decode: a payload is flagged non-finite (headers 0x%x, 0x%x)", header_of(gathered.data()).flags,
+             header_of(gathered.data() + wb).flags);
+    else if (res != DGC_DECODE_OK)
         fail("host decode: %s", err);
     if (memcmp(out[0].data(), out[1].data(), n * 4) != 0) fail("two states decoded the same payloads differently");
     if (memcmp(out[0].data(), h.data(), n * 4) != 0) fail("the GPU decode differs from dgc_wire_decode");
@@ -1186,11 +1200,11 @@ void case_bad_payloads() {
     int which = 0;
     for (const bad_case &bc : cases) {
         memset(S.rep[0], 0, sizeof *S.rep[0]);
-        hbuf g(n, c.dtype);
+        std::vector<hbuf> g(c.nranks, hbuf(n, c.dtype)); /* each alive until the synchronize below */
         std::vector<float> g32;
         for (int r = 0; r < c.nranks; r++) {
-            make_grad(c, step, r, &g, &g32);
-            CK(cudaMemcpyAsync(S.dg[r], g.b.data(), g.b.size(), cudaMemcpyHostToDevice, S.st));
+            make_grad(c, step, r, &g[r], &g32);
+            CK(cudaMemcpyAsync(S.dg[r], g[r].b.data(), g[r].b.size(), cudaMemcpyHostToDevice, S.st));
             if (dgc_gpu_compress(S.gs[r], S.dg[r], S.dout[r], c.dtype, &p, (dgc_cuda_stream)S.st, err, sizeof err))
                 fail("dgc_gpu_compress: %s", err);
         }
