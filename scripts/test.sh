@@ -3,7 +3,10 @@
 # and with AddressSanitizer + UndefinedBehaviorSanitizer), runs the whole
 # suite (Criterion unit tests, mpirun integration tests, Fortran programs) in
 # both builds, then the two libFuzzer targets for FUZZ_SECONDS each (default
-# 30). Exits non-zero when any test fails.
+# 30), then the emulated device tier (scripts/test-emulated.sh: the CUDA
+# engine's cases on the CPU through chipStar; DGC_EMULATED_ARGS are its
+# options, DGC_CHIPSTAR_TARBALL its source, DGC_TEST_EMULATED=0 leaves it
+# out). Exits non-zero when any test fails.
 #
 # It also installs Horovod 0.28.1 for PyTorch in .venv/horovod-torch
 # (scripts/deps.sh horovod-torch: about 3 minutes the first time, seconds
@@ -26,4 +29,10 @@ echo "== sanitizer build (ASan + UBSan) =="
 run build-san -DCMAKE_BUILD_TYPE=Debug -DDGC_SANITIZE=ON
 echo "== fuzzing (libFuzzer, clang) =="
 scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
-echo "== all tests passed in both builds, fuzz targets clean =="
+echo "== the emulated device (the CUDA engine on the CPU: docs/emulated-device.md) =="
+if [ "${DGC_TEST_EMULATED:-1}" = 0 ]; then
+  echo "SKIPPED emulated device tier (gpu.engine.*, emulated.defects): DGC_TEST_EMULATED=0"
+else
+  scripts/test-emulated.sh ${DGC_EMULATED_ARGS:-}
+fi
+echo "== all tests passed in both builds, fuzz targets clean, emulated device passed =="
