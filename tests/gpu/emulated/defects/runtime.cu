@@ -23,9 +23,9 @@ void report(bool right, const char *name, const char *seen) { printf("%s %s: %s\
 
 #define CK(x)                                                                                                        \
     do {                                                                                                             \
-        cudaError_t e_ = (x);                                                                                        \
-        if (e_ != cudaSuccess) {                                                                                     \
-            printf("FATAL %s: %s\n", #x, cudaGetErrorString(e_));                                                    \
+        const int e_ = (int)(x);                                                                                     \
+        if (e_ != 0) {                                                                                               \
+            printf("FATAL %s: error %d\n", #x, e_);                                                                  \
             exit(2);                                                                                                 \
         }                                                                                                            \
     } while (0)
@@ -167,7 +167,27 @@ void check_host_intrinsics() {
 
 } // namespace
 
+#ifndef DGC_EMU_COMPAT
+/* stream_is_capturing, which cuda_adapter.cpp answers for the front end's C
+ * code, asked of chipStar's hip* function it forwards to. */
+void check_runtime_api() {
+    hipStream_t s;
+    CK(hipStreamCreate(&s));
+    hipStreamCaptureStatus st = hipStreamCaptureStatusActive;
+    const hipError_t e = hipStreamIsCapturing(s, &st);
+    char seen[160];
+    snprintf(seen, sizeof seen, "hipStreamIsCapturing on a new stream: error %d, status %d (CUDA: 0, 0)", (int)e,
+             (int)st);
+    report(e == hipSuccess && st == hipStreamCaptureStatusNone, "stream_is_capturing", seen);
+    (void)hipGetLastError();
+    CK(hipStreamDestroy(s));
+}
+#endif
+
 int main() {
+#ifndef DGC_EMU_COMPAT
+    check_runtime_api();
+#endif
     check_isfinite();
     check_atomics();
 #ifndef DGC_EMU_COMPAT /* compat.h cannot undefine it; host_intrinsics checks its workaround */

@@ -1,0 +1,130 @@
+/* The emulated device's CUDA runtime: the cuda* functions that C code
+ * compiled against the CUDA toolkit's headers calls (the shim's NCCL front
+ * end, nccl_check, the NCCL stand-in, the DDP-shaped program), with the
+ * CUDA ABI, as forwards to chipStar's hip* functions. chipStar exports no
+ * cuda* symbol, and its CUDA headers are C++ only. Test-only: built for
+ * DGC_CUDA=EMULATED, never installed.
+ *
+ * One shared object per process (libdgc_emu_cudart.so), so that what it
+ * remembers (streams under capture, device memory in use) is the same for
+ * every caller. Error codes are mapped to CUDA's values (hip's agree for
+ * every code mapped here).
+ *
+ * Where chipStar v1.2.1 differs from CUDA, the forward says so under the
+ * defect's name (docs/emulated-device.md); emulated.defects shows it is
+ * still there, emulated.stand_ins (stand_in_check.c) checks the answer:
+ *   stream_is_capturing       hipStreamIsCapturing is not implemented (801,
+ *                             or invalid value on the null stream); captures
+ *                             begun and ended here are remembered instead */
+#include <hip/hip_runtime_api.h>
+
+#include <stddef.h>
+
+#include <mutex>
+#include <set>
+
+#define EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+/* CUDA's values for the codes hip can answer. */
+int to_cuda(hipError_t e) {
+    switch ((int)e) {
+    case 0: case 1: case 2: case 3: case 4: case 17: case 21: case 100: case 101: case 400: case 600: case 700:
+    case 716: case 719: case 801: case 900: case 901: case 902: case 903: case 904: case 905: case 906: case 907:
+    case 908:
+        return (int)e;
+    default:
+        return 999; /* cudaErrorUnknown */
+    }
+}
+
+std::mutex lock;
+std::set<hipStream_t> capturing; /* stream_is_capturing */
+
+} // namespace
+
+#define FORWARD(call) return to_cuda(call)
+
+/* ---- memory ---- */
+
+EXPORT int cudaMalloc(void **p, size_t size) { FORWARD(hipMalloc(p, size)); }
+EXPORT int cudaFree(void *p) { FORWARD(hipFree(p)); }
+EXPORT int cudaMallocAsync(void **p, size_t size, hipStream_t s) { FORWARD(hipMallocAsync(p, size, s)); }
+EXPORT int cudaFreeAsync(void *p, hipStream_t s) { FORWARD(hipFreeAsync(p, s)); }
+EXPORT int cudaHostAlloc(void **p, size_t size, unsigned int flags) { FORWARD(hipHostMalloc(p, size, flags)); }
+EXPORT int cudaFreeHost(void *p) { FORWARD(hipHostFree(p)); }
+EXPORT int cudaHostGetDevicePointer(void **dev, void *host, unsigned int flags) {
+    FORWARD(hipHostGetDevicePointer(dev, host, flags));
+}
+EXPORT int cudaMemGetInfo(size_t *free_bytes, size_t *total) { FORWARD(hipMemGetInfo(free_bytes, total)); }
+EXPORT int cudaMemset(void *p, int value, size_t size) { FORWARD(hipMemset(p, value, size)); }
+EXPORT int cudaMemsetAsync(void *p, int value, size_t size, hipStream_t s) {
+    FORWARD(hipMemsetAsync(p, value, size, s));
+}
+/* cudaMemcpyKind and hipMemcpyKind share their values (0-4). */
+EXPORT int cudaMemcpy(void *dst, const void *src, size_t size, int kind) {
+    FORWARD(hipMemcpy(dst, src, size, (hipMemcpyKind)kind));
+}
+EXPORT int cudaMemcpyAsync(void *dst, const void *src, size_t size, int kind, hipStream_t s) {
+    FORWARD(hipMemcpyAsync(dst, src, size, (hipMemcpyKind)kind, s));
+}
+
+/* ---- devices, streams, errors ---- */
+
+EXPORT int cudaGetDeviceCount(int *n) { FORWARD(hipGetDeviceCount(n)); }
+EXPORT int cudaSetDevice(int d) { FORWARD(hipSetDevice(d)); }
+EXPORT int cudaGetDevice(int *d) { FORWARD(hipGetDevice(d)); }
+EXPORT int cudaDeviceSynchronize(void) { FORWARD(hipDeviceSynchronize()); }
+EXPORT int cudaStreamCreate(hipStream_t *s) { FORWARD(hipStreamCreate(s)); }
+EXPORT int cudaStreamCreateWithFlags(hipStream_t *s, unsigned int flags) {
+    FORWARD(hipStreamCreateWithFlags(s, flags));
+}
+EXPORT int cudaStreamDestroy(hipStream_t s) { FORWARD(hipStreamDestroy(s)); }
+EXPORT int cudaStreamSynchronize(hipStream_t s) { FORWARD(hipStreamSynchronize(s)); }
+EXPORT int cudaLaunchHostFunc(hipStream_t s, void (*fn)(void *), void *arg) { FORWARD(hipLaunchHostFunc(s, fn, arg)); }
+EXPORT int cudaGetLastError(void) { FORWARD(hipGetLastError()); }
+EXPORT int cudaPeekAtLastError(void) { FORWARD(hipPeekAtLastError()); }
+EXPORT const char *cudaGetErrorString(int e) { return hipGetErrorString((hipError_t)e); }
+EXPORT const char *cudaGetErrorName(int e) { return hipGetErrorName((hipError_t)e); }
+
+/* ---- capture: stream_is_capturing ---- */
+
+EXPORT int cudaStreamBeginCapture(hipStream_t s, int mode) {
+    const hipError_t e = hipStreamBeginCapture(s, (hipStreamCaptureMode)mode);
+    if (e == hipSuccess) {
+        std::lock_guard<std::mutex> g(lock);
+        capturing.insert(s);
+    }
+    return to_cuda(e);
+}
+
+EXPORT int cudaStreamEndCapture(hipStream_t s, hipGraph_t *graph) {
+    {
+        std::lock_guard<std::mutex> g(lock);
+        capturing.erase(s);
+    }
+    FORWARD(hipStreamEndCapture(s, graph));
+}
+
+/* cudaStreamCaptureStatus: 0 none, 1 active (hip's values too). */
+EXPORT int cudaStreamIsCapturing(hipStream_t s, int *status) {
+    hipStreamCaptureStatus st = hipStreamCaptureStatusNone;
+    const hipError_t e = hipStreamIsCapturing(s, &st);
+    if (e == hipSuccess) {
+        *status = (int)st;
+        return 0;
+    }
+    if ((int)e != 801 && !(s == nullptr && e == hipErrorInvalidValue)) return to_cuda(e);
+    (void)hipGetLastError(); /* the refusal is not the caller's error */
+    std::lock_guard<std::mutex> g(lock);
+    *status = capturing.count(s) ? 1 : 0;
+    return 0;
+}
+
+EXPORT int cudaGraphInstantiate(hipGraphExec_t *exec, hipGraph_t graph, unsigned long long flags) {
+    FORWARD(hipGraphInstantiateWithFlags(exec, graph, flags));
+}
+EXPORT int cudaGraphLaunch(hipGraphExec_t exec, hipStream_t s) { FORWARD(hipGraphLaunch(exec, s)); }
+EXPORT int cudaGraphExecDestroy(hipGraphExec_t exec) { FORWARD(hipGraphExecDestroy(exec)); }
+EXPORT int cudaGraphDestroy(hipGraph_t graph) { FORWARD(hipGraphDestroy(graph)); }
