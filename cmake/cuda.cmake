@@ -2,7 +2,8 @@
 # static runtime, and nccl.h (headers only: libnccl is never linked). Sets
 # DGC_WITH_CUDA (the NCCL front end goes into libdgcshim.so),
 # DGC_WITH_CUDA_ENGINE (the CUDA engine and its tests are built),
-# DGC_NCCL_INCLUDE_DIR, adds kernels/ (dgcshim_cuda) and defines
+# DGC_NCCL_INCLUDE_DIR, DGC_CUDA_INCLUDE_DIRS (the runtime's C headers),
+# adds kernels/ (dgcshim_cuda) and defines
 # dgc_cuda_executable(NAME SOURCES...) for the programs built on the engine.
 #
 # DGC_CUDA=EMULATED builds the engine for the emulated device instead
@@ -39,6 +40,7 @@ if(DGC_WITH_CUDA)
   endif()
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
+  set(DGC_CUDA_INCLUDE_DIRS ${CUDAToolkit_INCLUDE_DIRS})
   set(CMAKE_CUDA_STANDARD 17)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   set(CMAKE_CUDA_VISIBILITY_PRESET hidden)

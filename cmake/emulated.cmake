@@ -2,14 +2,17 @@
 # The CUDA engine (kernels/*.cu) and the CUDA test programs are compiled by
 # chipStar's cucc (CUDA -> clang -> SPIR-V) with tests/gpu/emulated/compat.h
 # force-included and the CUB stand-in of tests/gpu/emulated/cub/, and run on
-# the CPU by an OpenCL runtime (Intel's, from PyPI). scripts/test-emulated.sh
-# provides both and configures this; see docs/emulated-device.md.
+# the CPU by an OpenCL runtime (Intel's, from PyPI); the NCCL front end is
+# built into libdgcshim.so as for a GPU, over a test-only CUDA runtime
+# adapter and a test-only NCCL over MPI. scripts/test-emulated.sh provides
+# chipStar and the runtime and configures this; see docs/emulated-device.md.
 #
 #   DGC_CHIPSTAR_ROOT     chipStar's install prefix (bin/cucc, lib/libCHIP.so)
 #   DGC_OPENCL_VENDORS    a folder of OpenCL ICD files naming the CPU runtime
 #   DGC_OPENCL_LIBDIR     the folder the runtime's libraries are loaded from
 #
-# Sets DGC_WITH_CUDA_ENGINE and DGC_EMULATED, the target dgcshim_cuda, the
+# Sets DGC_WITH_CUDA_ENGINE, DGC_EMULATED and (with the CUDA toolkit's
+# headers) DGC_WITH_CUDA, the targets dgcshim_cuda and dgc_emu_cudart, the
 # function dgc_cuda_executable, the list DGC_EMULATED_ENV (what every
 # emulated test runs with) and the target emulated_tier (everything the
 # emulated tests need, and nothing else).
@@ -94,6 +97,27 @@ function(dgc_cuda_executable name)
   add_dependencies(emulated_tier ${name})
 endfunction()
 
+# The NCCL front end on the emulated device: compiled as for a GPU, by the C
+# compiler against the CUDA toolkit's own C headers (its nvcc is not used),
+# its cuda* calls served by the adapter (tests/gpu/emulated/cuda_adapter.cpp,
+# one shared object per process) and its NCCL by the stand-in over MPI
+# (tests/gpu/emulated/nccl_over_mpi.c, a libnccl.so.2 of its own).
+find_path(DGC_NCCL_INCLUDE_DIR nccl.h HINTS ENV NCCL_HOME ENV CUDA_HOME /usr/local/cuda PATH_SUFFIXES include)
+find_path(DGC_CUDA_RUNTIME_INCLUDE_DIR cuda_runtime_api.h HINTS ENV CUDA_HOME /usr/local/cuda PATH_SUFFIXES include)
+if(DGC_NCCL_INCLUDE_DIR AND DGC_CUDA_RUNTIME_INCLUDE_DIR)
+  set(DGC_WITH_CUDA ON)
+  set(DGC_CUDA_INCLUDE_DIRS ${DGC_CUDA_RUNTIME_INCLUDE_DIR})
+  add_library(dgc_emu_cudart SHARED ${DGC_EMULATED_DIR}/cuda_adapter.cpp)
+  target_include_directories(dgc_emu_cudart PRIVATE ${DGC_CHIPSTAR_ROOT}/include)
+  target_compile_definitions(dgc_emu_cudart PRIVATE __HIP_PLATFORM_SPIRV__)
+  target_compile_options(dgc_emu_cudart PRIVATE -Wall -Wextra)
+  target_link_libraries(dgc_emu_cudart PRIVATE ${DGC_LIBCHIP} ${CMAKE_DL_LIBS} Threads::Threads)
+  add_dependencies(emulated_tier dgc_emu_cudart)
+else()
+  message(STATUS "dgcshim: no nccl.h or cuda_runtime_api.h (the CUDA toolkit's headers): the NCCL front end's "
+                 "emulated cases report themselves skipped")
+endif()
+
 # The CPU stands in for the GPU: chipStar's OpenCL back end on the CPU
 # runtime, quiet but for errors, its JIT cache in the build folder. Freed
 # host memory is filled with 0xff bytes (glibc's MALLOC_PERTURB_), NaN as a
@@ -104,4 +128,4 @@ set(DGC_EMULATED_ENV "OCL_ICD_VENDORS=${DGC_OPENCL_VENDORS}" "LD_LIBRARY_PATH=${
     "CHIP_DEVICE_TYPE=cpu" "CHIP_LOGLEVEL=err" "CHIP_MODULE_CACHE_DIR=${CMAKE_BINARY_DIR}/chipstar-cache"
     "MALLOC_PERTURB_=255")
 message(STATUS "dgcshim: emulated device (chipStar in ${DGC_CHIPSTAR_ROOT}, OpenCL CPU runtime in "
-               "${DGC_OPENCL_LIBDIR}): the CUDA engine's tests only, never a product")
+               "${DGC_OPENCL_LIBDIR}): the GPU path's tests only, never a product")

@@ -20,6 +20,14 @@ set(DGC_NCCL_SOURCES
 # they would take the place of the application's own libcudart for every
 # cuda* call in the process. --exclude-libs hides whatever the archives
 # linked into libdgcshim.so define, as NCCL's own build does.
-target_include_directories(dgcshim PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
-target_link_libraries(dgcshim PRIVATE CUDA::cudart_static)
+target_include_directories(dgcshim PRIVATE ${DGC_CUDA_INCLUDE_DIRS})
+if(DGC_EMULATED)
+  # The emulated device (cmake/emulated.cmake): the same C code, its cuda*
+  # calls served by the test-only adapter over chipStar, the engine's C++
+  # objects linked in.
+  target_link_libraries(dgcshim PRIVATE dgc_emu_cudart)
+  set_target_properties(dgcshim PROPERTIES LINKER_LANGUAGE CXX)
+else()
+  target_link_libraries(dgcshim PRIVATE CUDA::cudart_static)
+endif()
 target_link_options(dgcshim PRIVATE "LINKER:--exclude-libs,ALL")

@@ -9,7 +9,8 @@
 # libnccl.so.2 to preload after the shim. Two ranks on one GPU need NCCL
 # 2.30+ with NCCL_MULTI_RANK_GPU_ENABLE=1 (../shared/nccl, copied to
 # .gpu/nccl by scripts/gpu-carry.sh); looked for there when neither is set.
-# Without a CUDA device: prints SKIPPED and exits 77.
+# Without a CUDA device: prints SKIPPED and exits 77. DGC_EMULATED_DEVICE=1:
+# the emulated device, where the program links the NCCL stand-in itself.
 set -u
 np=${1:?NP}; name=${2:?CASE}; shift 2
 greps=(); times=()
@@ -21,20 +22,22 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-if ! nvidia-smi -L >/dev/null 2>&1 || ! ls /dev/nvidia[0-9]* >/dev/null 2>&1; then
-  echo "SKIPPED gpu.nccl.$name: no CUDA device"
-  exit 77
-fi
-
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 nccl=${DGC_NCCL_TEST_LIB:-${NCCL_PRELOAD:-}}
-if [ -z "$nccl" ]; then
+if [ -n "${DGC_EMULATED_DEVICE:-}" ]; then
+  # The emulated device (docs/emulated-device.md): the CPU through chipStar,
+  # and the program's own NCCL, the stand-in over MPI; nothing to preload.
+  nccl=""
+elif ! nvidia-smi -L >/dev/null 2>&1 || ! ls /dev/nvidia[0-9]* >/dev/null 2>&1; then
+  echo "SKIPPED gpu.nccl.$name: no CUDA device"
+  exit 77
+elif [ -z "$nccl" ]; then
   for f in "$root/.gpu/nccl/libnccl.so.2" "$root/../shared/nccl/libnccl.so.2"; do
     [ -f "$f" ] && { nccl=$f; break; }
   done
 fi
-if [ "$np" -gt 1 ] && [ -z "$nccl" ]; then
+if [ "$np" -gt 1 ] && [ -z "$nccl" ] && [ -z "${DGC_EMULATED_DEVICE:-}" ]; then
   echo "CASE FAILED: $np ranks on one GPU need NCCL 2.30+ (set DGC_NCCL_TEST_LIB, or run scripts/gpu-carry.sh)"
   exit 1
 fi
