@@ -1,0 +1,190 @@
+/* gpu.nccl.ddp_shape*: what PyTorch DDP does with NCCL, as a plain C NCCL +
+ * MPI program run under LD_PRELOAD=libdgcshim.so on 2 ranks, against the
+ * shim's own MPI path on the same gradients.
+ *
+ *   ddp_shape CASE      (under mpirun; every rank on device 0)
+ *
+ * DDP's pattern (the design notes, "The GPU path"): persistent buckets,
+ * all-reduced in place, fp32, ncclSum, on the framework's own stream,
+ * outside any group; at step 0 one bucket of every gradient, then the
+ * bucket set is rebuilt once, in the same memory (buckets of 262144, 100003
+ * and 20000 elements), for every later step. Each step, the same gradients
+ * also go through MPI_Allreduce (MPI_IN_PLACE, MPI_FLOAT, MPI_SUM) on host
+ * buffers of the same layout, under the same shim: the MPI path. Both run
+ * DGC with warm-up and momentum correction and compensation; the NCCL
+ * path's output must equal the MPI path's bit for bit at every step, and
+ * be the same bytes on every rank. The shim's STATS (checked by the ctest
+ * case) show every call compressed.
+ *
+ * The program knows nothing of the shim: MPI_Init is the ordinary one (so
+ * the shim's MPI path runs), and the DGC_* settings are set before it. */
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+#include <nccl.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STEPS 300
+#define NBUCKETS 3
+static const long bucket[NBUCKETS] = {262144, 100003, 20000};
+#define ALL (262144 + 100003 + 20000)
+
+static int rank, nranks;
+static const char *case_name = "?";
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fail(const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "FAIL gpu.nccl.%s rank %d: %s\n", case_name, rank, msg);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1);
+}
+
+#define CUDA_OK(x)                                                                                                    \
+    do {                                                                                                              \
+        cudaError_t e_ = (x);                                                                                         \
+        if (e_ != cudaSuccess) fail("%s: %s (line %d)", #x, cudaGetErrorString(e_), __LINE__);                        \
+    } while (0)
+#define NCCL_OK(x)                                                                                                    \
+    do {                                                                                                              \
+        ncclResult_t r_ = (x);                                                                                        \
+        if (r_ != ncclSuccess) fail("%s: %d, %s (line %d)", #x, (int)r_, ncclGetErrorString(r_), __LINE__);           \
+    } while (0)
+
+static uint64_t mix(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* Rank r's gradient of parameter i at step: uniform in [-1, 1) (24 bits)
+ * times a per-parameter scale over three decades, so that some layers'
+ * values dominate as in a network. */
+static float grad(int r, long step, long i) {
+    const uint64_t k = mix(mix(mix((uint64_t)r) + (uint64_t)step) + (uint64_t)i);
+    static const float scale[4] = {1.0f, 0.1f, 0.01f, 0.001f};
+    return ((float)(k >> 40) / 8388608.0f - 1.0f) * scale[(i / 97) % 4];
+}
+
+static uint64_t hash_bytes(const void *p, size_t len) {
+    const unsigned char *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < len; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static void check_identical(const float *out, long n, long step) {
+    uint64_t h = hash_bytes(out, (size_t)n * sizeof(float)), all[64];
+    if (nranks > 64) fail("too many ranks");
+    PMPI_Allgather(&h, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
+    for (int r = 1; r < nranks; r++)
+        if (all[r] != all[0]) fail("step %ld: rank %d's output bytes differ from rank 0's", step, r);
+}
+
+/* The calls of one step, on the NCCL path, as DDP issues them. */
+static void nccl_step(float *dev, long step, ncclComm_t comm, cudaStream_t s) {
+    if (step == 0) {
+        NCCL_OK(ncclAllReduce(dev, dev, ALL, ncclFloat32, ncclSum, comm, s));
+        return;
+    }
+    long at = 0;
+    for (int b = 0; b < NBUCKETS; b++) {
+        NCCL_OK(ncclAllReduce(dev + at, dev + at, (size_t)bucket[b], ncclFloat32, ncclSum, comm, s));
+        at += bucket[b];
+    }
+}
+
+static void mpi_step(float *host, long step) {
+    if (step == 0) {
+        if (MPI_Allreduce(MPI_IN_PLACE, host, ALL, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
+            fail("MPI_Allreduce failed");
+        return;
+    }
+    long at = 0;
+    for (int b = 0; b < NBUCKETS; b++) {
+        if (MPI_Allreduce(MPI_IN_PLACE, host + at, (int)bucket[b], MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
+            fail("MPI_Allreduce failed");
+        at += bucket[b];
+    }
+}
+
+static void run(void) {
+    ncclUniqueId id;
+    if (rank == 0) NCCL_OK(ncclGetUniqueId(&id));
+    PMPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+    ncclComm_t comm;
+    NCCL_OK(ncclCommInitRank(&comm, nranks, id, rank));
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    const size_t bytes = (size_t)ALL * sizeof(float);
+    float *g = malloc(bytes), *via_mpi = malloc(bytes), *via_nccl = malloc(bytes), *dev = NULL;
+    if (!g || !via_mpi || !via_nccl) fail("no host memory");
+    CUDA_OK(cudaMalloc((void **)&dev, bytes));
+    long nonzero = 0;
+    for (long step = 0; step < STEPS; step++) {
+        for (long i = 0; i < ALL; i++) g[i] = grad(rank, step, i);
+        CUDA_OK(cudaMemcpy(dev, g, bytes, cudaMemcpyHostToDevice));
+        nccl_step(dev, step, comm, s);
+        memcpy(via_mpi, g, bytes);
+        mpi_step(via_mpi, step);
+        CUDA_OK(cudaStreamSynchronize(s));
+        CUDA_OK(cudaMemcpy(via_nccl, dev, bytes, cudaMemcpyDeviceToHost));
+        for (long i = 0; i < ALL; i++)
+            if (memcmp(&via_nccl[i], &via_mpi[i], sizeof(float)) != 0)
+                fail("step %ld element %ld: the NCCL path gave %.9g, the MPI path %.9g", step, i, via_nccl[i],
+                     via_mpi[i]);
+        check_identical(via_nccl, ALL, step);
+        for (long i = 0; i < ALL; i++) nonzero += via_nccl[i] != 0.0f;
+    }
+    if (nonzero == 0) fail("every output was zero");
+    printf("gpu.nccl.%s rank %d: %d steps, NCCL path equal to the MPI path bit for bit, %.1f non-zeros a step\n",
+           case_name, rank, STEPS, (double)nonzero / STEPS);
+    CUDA_OK(cudaFree(dev));
+    NCCL_OK(ncclCommDestroy(comm));
+    free(g);
+    free(via_mpi);
+    free(via_nccl);
+}
+
+typedef struct {
+    const char *name;
+    const char *env[8];
+} test_case;
+
+static const test_case cases[] = {
+    {"ddp_shape", {"DGC_WARMUP_STEPS=20", "DGC_MOMENTUM=0.9", "DGC_STATS=1"}},
+    {"ddp_shape_fp32", {"DGC_WARMUP_STEPS=20", "DGC_MOMENTUM=0.9", "DGC_VALUE_BITS=32", "DGC_STATS=1"}},
+};
+
+int main(int argc, char **argv) {
+    const test_case *tc = NULL;
+    for (size_t i = 0; argc == 2 && i < sizeof cases / sizeof cases[0]; i++)
+        if (strcmp(argv[1], cases[i].name) == 0) tc = &cases[i];
+    if (!tc) {
+        fprintf(stderr, "usage: ddp_shape CASE (ddp_shape, ddp_shape_fp32)\n");
+        return 2;
+    }
+    case_name = tc->name;
+    /* Before MPI_Init: the shim reads its settings there (the MPI path) and
+     * at the first NCCL call (the NCCL path). */
+    for (int i = 0; i < 8 && tc->env[i]; i++) putenv((char *)tc->env[i]);
+    if (MPI_Init(&argc, &argv) != MPI_SUCCESS) return 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    CUDA_OK(cudaSetDevice(0));
+    run();
+    PMPI_Barrier(MPI_COMM_WORLD);
+    printf("PASS gpu.nccl.%s rank %d of %d\n", tc->name, rank, nranks);
+    fflush(stdout);
+    MPI_Finalize();
+    return 0;
+}
