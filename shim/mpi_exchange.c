@@ -287,6 +287,7 @@ static int sparse_path(dgc_buffer *b, float *work, const dgc_step_params *p, con
     }
     count_call(b, l, engine_seconds + now() - t0);
     if (r == DGC_DECODE_BAD) {
+        dgc_registry_count_failed(DGC_FAIL_BAD_PAYLOAD, 1);
         DGC_ERROR("%s", err);
         return dgc_mpi_fail(comm, MPI_ERR_OTHER);
     }
@@ -346,13 +347,14 @@ int dgc_mpi_exchange(dgc_comm *c, dgc_buffer *b, int local, const float *g, floa
     char err[256];
     if (dgc_wire_scan(base, stride, p->nranks, p->step, p->n, p->k, &sum, err, sizeof err) != DGC_DECODE_OK) {
         abandon(b, local);
+        dgc_registry_count_failed(DGC_FAIL_BAD_PAYLOAD, 1);
         DGC_ERROR("%s", err);
         return dgc_mpi_fail(comm, MPI_ERR_OTHER);
     }
     if (sum.failed) {
         abandon(b, local);
         dgc_registry_undo_step(c, p->n);
-        dgc_registry_count_failed();
+        dgc_registry_count_failed(local == DGC_PART_FAILED ? DGC_FAIL_MEMORY : DGC_FAIL_PEER, 1);
         report_failed(&sum, p->n);
         return dgc_mpi_fail(comm, MPI_ERR_NO_MEM);
     }

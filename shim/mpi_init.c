@@ -110,9 +110,14 @@ void dgc_stats_report(void) {
         dgc_log_tagged("STATS", "*: %llu buffer%s whose states were freed before this report (communicator freed, "
                        "or idle for DGC_STATE_IDLE_CALLS calls)", (unsigned long long)acc.freed_rows,
                        acc.freed_rows == 1 ? "" : "s");
+    char failed[256];
+    size_t at = 0;
+    for (int i = 0; i < DGC_FAIL_CAUSES; i++)
+        at += (size_t)snprintf(failed + at, sizeof failed - at, "%s%s %llu", i ? ", " : "",
+                               dgc_fail_cause_name((dgc_fail_cause)i), (unsigned long long)t.failed[i]);
     dgc_log_tagged("STATS", "pass-through calls %llu, compressed calls %llu, summed densely over budget %llu, "
-                   "failed for memory %llu", (unsigned long long)t.passthrough, (unsigned long long)acc.total.calls,
-                   (unsigned long long)t.over_budget, (unsigned long long)t.failed);
+                   "failed %s", (unsigned long long)t.passthrough, (unsigned long long)acc.total.calls,
+                   (unsigned long long)t.over_budget, failed);
     dgc_log_tagged("STATS", "memory: %llu bytes in %llu live states (released %llu), peak %llu bytes",
                    (unsigned long long)t.bytes, (unsigned long long)t.live_states,
                    (unsigned long long)t.released_states, (unsigned long long)t.peak_bytes);

@@ -11,6 +11,7 @@
 
 typedef struct {
     uint64_t count, next;
+    int dense; /* the ranks agreed to sum this count densely (dgc_registry_set_count_dense) */
 } step_counter;
 
 struct dgc_comm_counters {
@@ -27,7 +28,7 @@ static uint64_t next_comm_id = 1;
 static dgc_registry_totals totals;
 static dgc_report_row *released_rows; /* live is 0 in every one of them */
 static size_t nreleased_rows, released_rows_cap;
-static _Atomic uint64_t passthrough, over_budget, failed;
+static _Atomic uint64_t passthrough, over_budget, failed[DGC_FAIL_CAUSES];
 static int hooks[DGC_HOOK_COUNT] = {-1, -1};
 static void *_Atomic slots[DGC_SLOT_COUNT];
 static pthread_once_t onces[DGC_ONCE_COUNT] = {PTHREAD_ONCE_INIT};
@@ -239,7 +240,7 @@ int dgc_registry_next_step(dgc_comm *c, uint64_t count, uint64_t *step) {
     if (!s) {
         if (c->counters->len == DGC_COUNTS_PER_COMM) return -1;
         s = &c->counters->at[c->counters->len++];
-        *s = (step_counter){count, 0};
+        *s = (step_counter){count, 0, 0};
     }
     *step = s->next++;
     c->calls++;
@@ -250,6 +251,16 @@ void dgc_registry_undo_step(dgc_comm *c, uint64_t count) {
     step_counter *s = counter_of(c, count);
     if (s && s->next) s->next--;
     if (c->calls) c->calls--;
+}
+
+int dgc_registry_count_dense(dgc_comm *c, uint64_t count) {
+    const step_counter *s = counter_of(c, count);
+    return s && s->dense;
+}
+
+void dgc_registry_set_count_dense(dgc_comm *c, uint64_t count) {
+    step_counter *s = counter_of(c, count);
+    if (s) s->dense = 1;
 }
 
 /* ---- buffers ---- */
@@ -489,12 +500,25 @@ void dgc_registry_totals_get(dgc_registry_totals *t) {
     pthread_mutex_unlock(&lock);
     t->passthrough = atomic_load_explicit(&passthrough, memory_order_relaxed);
     t->over_budget = atomic_load_explicit(&over_budget, memory_order_relaxed);
-    t->failed = atomic_load_explicit(&failed, memory_order_relaxed);
+    for (int i = 0; i < DGC_FAIL_CAUSES; i++) t->failed[i] = atomic_load_explicit(&failed[i], memory_order_relaxed);
 }
 
 void dgc_registry_count_passthrough(void) { atomic_fetch_add_explicit(&passthrough, 1, memory_order_relaxed); }
 void dgc_registry_count_over_budget(void) { atomic_fetch_add_explicit(&over_budget, 1, memory_order_relaxed); }
-void dgc_registry_count_failed(void) { atomic_fetch_add_explicit(&failed, 1, memory_order_relaxed); }
+void dgc_registry_count_failed(dgc_fail_cause cause, uint64_t calls) {
+    if (cause >= 0 && cause < DGC_FAIL_CAUSES) atomic_fetch_add_explicit(&failed[cause], calls, memory_order_relaxed);
+}
+
+const char *dgc_fail_cause_name(dgc_fail_cause cause) {
+    switch (cause) {
+    case DGC_FAIL_MEMORY: return "for memory";
+    case DGC_FAIL_MISALIGNED: return "for misalignment";
+    case DGC_FAIL_ENGINE: return "for the engine";
+    case DGC_FAIL_PEER: return "for a peer's failure";
+    case DGC_FAIL_BAD_PAYLOAD: return "for a bad payload";
+    default: return "?";
+    }
+}
 
 int dgc_registry_hook(int which) {
     pthread_mutex_lock(&lock);

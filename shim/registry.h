@@ -127,6 +127,12 @@ int dgc_registry_next_step(dgc_comm *c, uint64_t count, uint64_t *step);
 /* Takes back the step next_step gave, for a call that failed on every rank. */
 void dgc_registry_undo_step(dgc_comm *c, uint64_t count);
 
+/* Counts the ranks agreed to sum densely from now on (their first call
+ * found some rank without a state for it: NCCL path). A count next_step
+ * has not seen reads 0. */
+int dgc_registry_count_dense(dgc_comm *c, uint64_t count);
+void dgc_registry_set_count_dense(dgc_comm *c, uint64_t count);
+
 /* 1 the first time c shows the sign of fresh buffers every call, 0 before
  * and after: live states that keep growing, each starting from an empty
  * residual and stranding what it kept. Persistent buffers stop creating
@@ -218,6 +224,17 @@ typedef struct {
  * in, then for each key seen only in freed states, in order of first release. */
 void dgc_registry_each_row(void (*fn)(const dgc_report_row *r, void *ctx), void *ctx);
 
+/* Why a compressed call failed on every rank, as this rank knows it: its own
+ * reason when it took part flagged, else what the exchange told it. */
+typedef enum {
+    DGC_FAIL_MEMORY,      /* this rank had no memory (or budget) for the call's state or buffers */
+    DGC_FAIL_MISALIGNED,  /* this rank's buffer is not aligned to its elements (NCCL path) */
+    DGC_FAIL_ENGINE,      /* this rank's compression could not be enqueued (NCCL path) */
+    DGC_FAIL_PEER,        /* another rank took part flagged */
+    DGC_FAIL_BAD_PAYLOAD, /* a received payload failed its check */
+    DGC_FAIL_CAUSES
+} dgc_fail_cause;
+
 /* Process-wide figures for the statistics report. */
 typedef struct {
     uint64_t released_states;  /* states freed before now (idle or communicator freed); their
@@ -228,13 +245,15 @@ typedef struct {
     size_t bytes, peak_bytes;  /* memory held by states and exchange buffers (reserves included) */
     uint64_t passthrough;      /* pass-through calls, counted only when statistics are on */
     uint64_t over_budget;      /* calls summed densely because some rank was over its budget */
-    uint64_t failed;           /* calls that failed on every rank for want of memory somewhere */
+    uint64_t failed[DGC_FAIL_CAUSES]; /* calls that failed on every rank, by the cause this rank saw */
 } dgc_registry_totals;
 
 void dgc_registry_totals_get(dgc_registry_totals *t);
 void dgc_registry_count_passthrough(void);
 void dgc_registry_count_over_budget(void);
-void dgc_registry_count_failed(void);
+void dgc_registry_count_failed(dgc_fail_cause cause, uint64_t calls);
+/* The cause's words in the report ("for memory", ...). */
+const char *dgc_fail_cause_name(dgc_fail_cause cause);
 
 /* Two ints the front end keeps for the life of the process (its MPI
  * attribute keyvals); -1 until set. */
@@ -265,6 +284,7 @@ enum {
     DGC_FLAG_NCCL_PARSE_FAILED,  /* the NCCL front end found the DGC_* environment invalid */
     DGC_FLAG_NCCL_BANNER,        /* the NCCL path's first-use line was logged */
     DGC_FLAG_NCCL_CAPTURE_SAID,  /* pass-through under CUDA graph capture was logged */
+    DGC_FLAG_NCCL_CAPTURE_QUERY_SAID, /* a failed cudaStreamIsCapturing was logged */
     DGC_FLAG_NCCL_MISSING_SAID,  /* no real NCCL could be found: logged */
     DGC_FLAG_COUNT
 };
