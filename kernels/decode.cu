@@ -99,7 +99,7 @@ __global__ void finalize_kernel(const char *gathered, int nranks, uint64_t step,
         /* A compact code at fault, at a rank no higher than any plain fault:
          * what it expanded into means nothing. */
         sc->dec_mode = DEC_BAD;
-        report_bad(rep, DGC_GPU_BAD_CODE, (int)(code >> 40), (code >> 4) & ((1ull << 36) - 1), code & 15u, step);
+        report_bad(rep, DGC_GPU_BAD_CODE, (int)(code >> 40), (code >> 4) & ((1ull << 36) - 1), code & 15u, step, n);
         return;
     }
     if (key != kNoBad) {
@@ -111,7 +111,7 @@ __global__ void finalize_kernel(const char *gathered, int nranks, uint64_t step,
         unsigned int why = s == 0 ? header_fault(reinterpret_cast<const dgc_wire_header *>(pl), step, n, k, &value)
                                   : slot_fault(indices_of(pl), values_of(pl, k), s - 1, n, &value);
         sc->dec_mode = DEC_BAD;
-        report_bad(rep, why ? why : (unsigned)DGC_GPU_BAD_ORDER, r, s ? s - 1 : 0, value, step);
+        report_bad(rep, why ? why : (unsigned)DGC_GPU_BAD_ORDER, r, s ? s - 1 : 0, value, step, n);
         return;
     }
     if (first_failed >= 0 || nonfinite) {

@@ -32,7 +32,7 @@ __device__ __forceinline__ unsigned int header_fault(const dgc_wire_header *h, u
  * seeing the count move reads them whole. Mapped memory: plain stores from
  * one thread, no atomics (not atomic over PCIe). */
 __device__ __forceinline__ void report_bad(dgc_gpu_report *rep, unsigned int reason, int rank, uint64_t slot,
-                                           uint64_t value, uint64_t step) {
+                                           uint64_t value, uint64_t step, uint64_t n) {
     if (!rep) return;
     volatile dgc_gpu_report *r = rep;
     if (r->bad == 0) {
@@ -43,6 +43,9 @@ __device__ __forceinline__ void report_bad(dgc_gpu_report *rep, unsigned int rea
         __threadfence_system();
         r->bad = reason;
     }
+    const uint64_t i = r->bad_steps % DGC_GPU_BAD_RING; /* this rank's own call, for its step to be given back */
+    r->bad_calls[i][0] = n;
+    r->bad_calls[i][1] = step;
     __threadfence_system();
     r->bad_steps = r->bad_steps + 1;
 }
@@ -115,7 +118,7 @@ __device__ __forceinline__ int decide_from_headers(const char *base, size_t stri
         unsigned long long value = 0;
         const unsigned int why = header_fault(header_at(base, r, stride), step, n, k, &value);
         if (why) {
-            report_bad(rep, why, r, 0, value, step);
+            report_bad(rep, why, r, 0, value, step, n);
             return DEC_BAD;
         }
     }

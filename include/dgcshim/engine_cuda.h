@@ -58,6 +58,8 @@ enum {
     DGC_GPU_BAD_CODE = 5,  /* a compact payload breaks its format: bad_value is compact_rules.h's DGC_CX_* fault */
 };
 
+#define DGC_GPU_BAD_RING 64
+
 /* What the device tells the host, in mapped pinned host memory: kernels
  * write it, the front end reads it on its next call without synchronising
  * (so it may lag by the calls still in flight). One per communicator. The
@@ -77,6 +79,12 @@ typedef struct {
     int32_t failed_rank;  /* the lowest such rank of the latest */
     uint32_t pad;
     uint64_t bad_steps;   /* steps with a bad payload (output zero, no state changed), the first one's in bad_* */
+    /* This rank's own call at each bad step, (n, step) at bad_calls[i %
+     * DGC_GPU_BAD_RING] for the i-th: written before bad_steps counts it.
+     * A rejected call changed no state anywhere, so the front end gives its
+     * step back, on every rank alike, even where ranks called with different
+     * counts (each gives back its own). */
+    uint64_t bad_calls[DGC_GPU_BAD_RING][2];
 } dgc_gpu_report;
 
 /* A zeroed report in mapped pinned memory, or NULL (no device, no memory). */

@@ -1257,11 +1257,18 @@ void case_bad_payloads() {
     if (good == STEP_FAIL) fail("the good step after the bad payloads does not match the host");
     dgc_gpu_report now = *S.rep[0];
     if (now.bad_steps != 2) fail("after a second bad step the report counts %llu, want 2", (unsigned long long)now.bad_steps);
-    now.bad_steps = kept.bad_steps;
-    if (memcmp(&kept, &now, sizeof kept) != 0)
+    if (now.bad != kept.bad || now.bad_rank != kept.bad_rank || now.bad_slot != kept.bad_slot ||
+        now.bad_value != kept.bad_value || now.bad_step != kept.bad_step)
         fail("the report's first bad payload was overwritten (bad %u rank %d slot %llu, kept %u rank %d slot %llu)",
              S.rep[0]->bad, S.rep[0]->bad_rank, (unsigned long long)S.rep[0]->bad_slot, kept.bad, kept.bad_rank,
              (unsigned long long)kept.bad_slot);
+    /* Each bad step records this rank's own call (n, step), for the front
+     * end to give its step back. */
+    for (int i = 0; i < 2; i++)
+        if (now.bad_calls[i][0] != n || now.bad_calls[i][1] != step)
+            fail("bad step %d recorded the call (%llu, %llu), want (%llu, %llu)", i,
+                 (unsigned long long)now.bad_calls[i][0], (unsigned long long)now.bad_calls[i][1],
+                 (unsigned long long)n, (unsigned long long)step);
     /* A buffer not aligned to its elements is refused before any launch (a
      * typed load there would end the CUDA context); the state is as it was. */
     {
