@@ -1,7 +1,14 @@
 /* Compressed ncclAllReduce calls, from the decision to compress on:
  *
- *   prepare   read the device's news, take the step, plan k, find or make
- *             the state, enqueue the compression (or a flagged payload)
+ *   plan      read the device's news, take the step, plan k, find or make
+ *             the state
+ *   vote      at a count's first call only: every rank says whether it holds
+ *             a state (an all-gather of one byte a rank, then a host wait);
+ *             when some rank does not (over DGC_MAX_STATE_MB, no device
+ *             memory), every rank sums this count densely from now on, by
+ *             the real ncclAllReduce: exact, and counted as summed densely
+ *             over budget
+ *   compress enqueue the compression (or a flagged payload)
  *   exchange  the real ncclAllGather of the fixed-size compact payloads
  *             (wire_compact.h, encoded and expanded on the device), as bytes;
  *             or, by the dense transport (dgc_policy_transport: when the
@@ -10,19 +17,22 @@
  *             ncclReduceScatter, then ncclAllGather, in place
  *   finish    enqueue the decode (or the stateless one), count
  *
- * Several calls (those a user's group held back) run as one batch: all
- * prepared, their exchanges in NCCL groups of our own, all finished. The
- * exchange goes in two phases, each one group: the all-gathers of the
- * payloads or headers and the reduce-scatters, then the dense sums'
- * all-gathers, which read what the reduce-scatters wrote (NCCL promises no
- * order between the members of one group).
+ * Several calls (those a user's group held back) run as one batch, in
+ * rounds: the r-th call of each communicator in round r, each round's
+ * collectives of one kind in one NCCL group of our own (one thread may drive
+ * several devices' communicators), every call whole before the next call on
+ * its communicator begins. So each communicator sees the collectives of its
+ * calls in the order the calls were made, exactly as if they had been made
+ * one at a time, whether or not the program grouped them (ranks may group
+ * differently: NCCL matches a communicator's operations by their order).
  *
  * Failures keep every rank issuing the same collectives (invariant 1):
- *   - a rank without state (no device memory, over DGC_MAX_STATE_MB) sends a
- *     header flagged DGC_WIRE_FAILED from exchange memory of the call's own
- *     (stream-ordered where the device has memory pools); the device then
- *     makes the step a no-op with NaN output on every rank (zero when some
- *     header is bad too) and counts it in the communicator's report;
+ *   - a rank without state after its count's first call (a buffer that
+ *     moved, no device memory then) sends a header flagged DGC_WIRE_FAILED
+ *     from exchange memory of the call's own (stream-ordered where the
+ *     device has memory pools); the device then makes the step a no-op with
+ *     NaN output on every rank (zero when some header is bad too) and counts
+ *     it in the communicator's report;
  *   - errors the device finds (a failed rank, a bad payload) reach the host
  *     through that report, read without waiting at the start of every
  *     compressed call: the call is enqueued as usual, then returns
@@ -33,6 +43,7 @@
  *     wait for it). */
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "dgcshim/compact_rules.h"
 #include "dgcshim/policy.h"
@@ -75,12 +86,56 @@ static const char *bad_reason(uint32_t bad, uint64_t value) {
     }
 }
 
+void dgc_nccl_count_news(dgc_nccl_comm *x) {
+    const volatile dgc_gpu_report *r = x->report;
+    if (!r) return;
+    uint64_t bad_steps = r->bad_steps, failed = r->failed;
+    atomic_thread_fence(memory_order_acquire);
+    if (bad_steps > x->bad_counted) {
+        dgc_registry_count_failed(DGC_FAIL_BAD_PAYLOAD, bad_steps - x->bad_counted);
+        x->bad_counted = bad_steps;
+    }
+    /* Failed steps are this rank's own (counted by cause when it flagged)
+     * or a peer's: what the device has counted beyond this rank's own flags,
+     * never more (the device may not have reached them all yet). */
+    const uint64_t peer = failed > x->own_flagged ? failed - x->own_flagged : 0;
+    if (peer > x->peer_counted) {
+        dgc_registry_count_failed(DGC_FAIL_PEER, peer - x->peer_counted);
+        x->peer_counted = peer;
+    }
+}
+
+/* Each call the device rejected gives its step back (the MPI path does the
+ * same): it changed no state on any rank, and ranks whose calls disagreed
+ * (different counts) must not keep counters apart for ever. Every rank
+ * rejects the same calls and gives back its own, so the counters meet again
+ * once each has read its report (gpu.nccl.count_mismatch). */
+static void give_back_rejected(dgc_comm *c, dgc_nccl_comm *x) {
+    const volatile dgc_gpu_report *r = x->report;
+    const uint64_t bad_steps = r->bad_steps;
+    atomic_thread_fence(memory_order_acquire);
+    if (bad_steps - x->bad_undone > DGC_GPU_BAD_RING) {
+        DGC_ERROR("%llu rejected calls since the last look, more than the device's record of %d: the steps of the "
+                  "older ones stay taken, and later calls on their counts may keep failing",
+                  (unsigned long long)(bad_steps - x->bad_undone), DGC_GPU_BAD_RING);
+        x->bad_undone = bad_steps - DGC_GPU_BAD_RING;
+    }
+    for (; x->bad_undone < bad_steps; x->bad_undone++) {
+        const uint64_t n = r->bad_calls[x->bad_undone % DGC_GPU_BAD_RING][0];
+        DGC_DEBUG("the %llu-element call rejected at step %llu gives its step back", (unsigned long long)n,
+                  (unsigned long long)r->bad_calls[x->bad_undone % DGC_GPU_BAD_RING][1]);
+        dgc_registry_undo_step(c, n);
+    }
+}
+
 /* What the device reported since the last look, logged once; the error the
  * current call returns after it is enqueued (ncclSuccess: none). */
 static ncclResult_t news(dgc_comm *c) {
     dgc_nccl_comm *x = dgc_nccl_ext(c);
     const volatile dgc_gpu_report *r = x->report;
     ncclResult_t rc = ncclSuccess;
+    dgc_nccl_count_news(x);
+    give_back_rejected(c, x);
     uint64_t bad_steps = r->bad_steps;
     atomic_thread_fence(memory_order_acquire); /* bad and its details were written before the count */
     if (bad_steps != x->bad_seen) {
@@ -189,8 +244,9 @@ static cudaError_t flagged_buffers(dgc_nccl_call *k) {
     return cudaMemsetAsync(spare, 0, sizeof(float) * r, k->stream);
 }
 
-/* No state: a flagged header from the call's own exchange memory. */
-static void take_part_flagged(dgc_nccl_call *k) {
+/* No state: a flagged header from the call's own exchange memory; cause:
+ * this rank's reason, for the statistics. */
+static void take_part_flagged(dgc_nccl_call *k, dgc_fail_cause cause) {
     if (!k->payload || (k->dense && !k->vec.body)) {
         cudaError_t e = flagged_buffers(k);
         if (e != cudaSuccess) {
@@ -204,7 +260,8 @@ static void take_part_flagged(dgc_nccl_call *k) {
         }
     }
     k->part = DGC_NCCL_FAILED;
-    dgc_registry_count_failed();
+    dgc_registry_count_failed(cause, 1);
+    dgc_nccl_ext(k->c)->own_flagged++;
     if (dgc_gpu_flag_only(k->payload, DGC_WIRE_FAILED, &k->p, k->stream)) {
         DGC_ERROR("a flagged payload could not be enqueued (%s): this call fails with ncclUnhandledCudaError "
                   "without its all-gather, and the other ranks may wait for this one",
@@ -214,18 +271,35 @@ static void take_part_flagged(dgc_nccl_call *k) {
     }
 }
 
-static void prepare(dgc_nccl_call *k, const dgc_config *cfg) {
+static const char *lack_text(int lack) {
+    switch (lack) {
+    case DGC_NCCL_LACK_BUDGET: return "it would pass DGC_MAX_STATE_MB";
+    case DGC_NCCL_LACK_DEVICE: return "no device memory";
+    default: return "no host memory";
+    }
+}
+
+/* The call's step, plan and state; k->part DGC_NCCL_STATE when this rank
+ * holds one (compressed later), else DGC_NCCL_FAILED for now (the vote or
+ * take_part_flagged settles it), or DGC_NCCL_PASS. */
+static void plan(dgc_nccl_call *k, const dgc_config *cfg) {
     dgc_comm *c = k->c;
     /* The engine checks its launches with cudaGetLastError: a failure of an
      * earlier call of ours (already handled: an allocation refused) must not
      * read as this call's. Sticky errors stay whatever is done here. */
     (void)cudaGetLastError();
-    k->b = k->clash = NULL;
+    k->b = NULL;
+    k->lack = DGC_NCCL_LACK_NONE;
     k->payload = k->gathered = k->xbuf = NULL;
     k->vec = (dgc_gpu_dense_vector){0};
     k->dense = 0;
     k->xbuf_sync = 0;
     k->xrc = ncclSuccess;
+    k->rc = ncclSuccess;
+    if (k->forward != DGC_NCCL_RUN) {
+        k->part = DGC_NCCL_PASS;
+        return;
+    }
     k->rc = news(c);
     uint64_t step;
     if (dgc_registry_next_step(c, k->count, &step)) {
@@ -254,26 +328,133 @@ static void prepare(dgc_nccl_call *k, const dgc_config *cfg) {
               (unsigned long long)step, (unsigned long long)k->count, (unsigned long long)k->p.k,
               k->dense ? "dense" : "sparse", (unsigned long long)k->tb.sparse, (unsigned long long)k->tb.dense);
     k->b = dgc_nccl_state_get(k, cfg);
-    if (k->b) {
-        char err[256] = "";
-        dgc_gpu_state *s = k->b->gpu;
-        /* The all-gather's payloads travel compact; the dense transport's
-         * headers are the plain payload's. */
-        k->payload = k->dense ? dgc_gpu_payload(s) : dgc_gpu_wire(s);
-        k->gathered = k->dense ? dgc_gpu_gathered(s) : dgc_gpu_wire_gathered(s);
-        if (k->dense && dgc_gpu_dense_view(s, k->recv, k->gpu_dtype, &k->vec))
-            snprintf(err, sizeof err, "the state has no room for the dense transport (a bug)");
-        else if (dgc_gpu_compress(s, k->send, k->recv, k->gpu_dtype, &k->p, k->stream, err, sizeof err) == 0 &&
-                 (k->dense ? dgc_gpu_dense_scatter(s, k->recv, k->gpu_dtype, &k->p, k->stream, err, sizeof err)
-                           : dgc_gpu_encode(s, &k->p, k->stream, err, sizeof err)) == 0) {
-            k->part = DGC_NCCL_STATE;
-            return;
-        }
-        DGC_ERROR("the compression of a %llu-element buffer could not be enqueued (%s): the call takes part "
-                  "flagged as failed",
-                  (unsigned long long)k->count, err);
+    k->part = k->b ? DGC_NCCL_STATE : DGC_NCCL_FAILED;
+}
+
+/* A count's first call: the ranks vote (a communicator of one rank
+ * decides alone). */
+static int first_call(const dgc_nccl_call *k) {
+    return (k->part == DGC_NCCL_STATE || k->part == DGC_NCCL_FAILED) && k->p.step == 0;
+}
+static int votes(const dgc_nccl_call *k) { return first_call(k) && k->c->nranks > 1; }
+
+/* The ranks agreed to sum k's count densely: this rank's state goes, the
+ * call is forwarded (in its place in the exchange), and every later call
+ * of the count too (nccl_allreduce.c). */
+static void go_dense(dgc_nccl_call *k, const unsigned char *v) {
+    dgc_comm *c = k->c;
+    dgc_registry_set_count_dense(c, k->count);
+    dgc_nccl_state_drop(k);
+    k->part = DGC_NCCL_PASS;
+    k->forward = DGC_NCCL_FORWARD_DENSE;
+    if (!c->budget_warned++) {
+        char ranks[96] = "";
+        size_t at = 0;
+        for (int r = 0; r < c->nranks && at + 12 < sizeof ranks; r++)
+            if (v[r]) at += (size_t)snprintf(ranks + at, sizeof ranks - at, "%s%d", at ? ", " : "", r);
+        DGC_WARN("a %llu-element buffer is summed densely on every rank from its first call on (the real "
+                 "ncclAllReduce: exact, counted in STATS as summed densely over budget): rank(s) %s%s could not hold "
+                 "its state (over DGC_MAX_STATE_MB, or no device memory: their log says which)%s; said once per "
+                 "communicator",
+                 (unsigned long long)k->count, ranks, at + 12 >= sizeof ranks ? "..." : "",
+                 k->lack ? ", this one among them" : "");
     }
-    take_part_flagged(k); /* into the state's own exchange buffers when there is a state */
+    if (k->lack)
+        DGC_INFO("this rank's state of the %llu-element buffer (%zu bytes): %s", (unsigned long long)k->count,
+                 k->footprint, lack_text(k->lack));
+}
+
+/* The votes of the round's first calls: one byte a rank (1: no state),
+ * gathered by the real ncclAllGather (one group when several), read after a
+ * wait for the call's stream. A vote that cannot be taken fails the call
+ * here: the other ranks may wait for this one. */
+static void vote(const dgc_nccl_api *api, dgc_nccl_call **v, int m) {
+    static const unsigned char alone = 1;
+    for (int i = 0; i < m; i++)
+        if (first_call(v[i]) && v[i]->c->nranks == 1 && v[i]->part == DGC_NCCL_FAILED) go_dense(v[i], &alone);
+    int n = 0;
+    for (int i = 0; i < m; i++) n += votes(v[i]);
+    if (!n) return;
+    const int grouped = n > 1;
+    ncclResult_t gs = grouped ? api->group_start() : ncclSuccess;
+    for (int i = 0; i < m; i++) {
+        dgc_nccl_call *k = v[i];
+        if (!votes(k)) continue;
+        dgc_nccl_comm *x = dgc_nccl_ext(k->c);
+        dgc_device_switch(x->device);
+        cudaError_t e = cudaMemsetAsync(x->votes, k->b ? 0 : 1, 1, k->stream);
+        k->xrc = gs != ncclSuccess ? gs
+                 : e != cudaSuccess ? ncclUnhandledCudaError
+                                    : api->all_gather(x->votes, (char *)x->votes + 1, 1, ncclUint8, k->comm, k->stream);
+    }
+    if (grouped && gs == ncclSuccess) {
+        ncclResult_t ge = api->group_end();
+        for (int i = 0; i < m; i++)
+            if (votes(v[i]) && v[i]->xrc == ncclSuccess) v[i]->xrc = ge;
+    }
+    for (int i = 0; i < m; i++) {
+        dgc_nccl_call *k = v[i];
+        if (!votes(k)) continue;
+        dgc_nccl_comm *x = dgc_nccl_ext(k->c);
+        dgc_device_switch(x->device);
+        ncclResult_t rc = dgc_nccl_settle(api, k->comm, k->xrc);
+        k->xrc = ncclSuccess;
+        cudaError_t e = cudaSuccess;
+        if (rc == ncclSuccess) {
+            e = cudaMemcpyAsync(x->votes_host, (char *)x->votes + 1, (size_t)k->c->nranks, cudaMemcpyDeviceToHost,
+                                k->stream);
+            if (e == cudaSuccess) e = cudaStreamSynchronize(k->stream);
+        }
+        if (rc != ncclSuccess || e != cudaSuccess) {
+            (void)cudaGetLastError();
+            DGC_ERROR("the ranks' vote on holding a %llu-element buffer's state failed (%s): this call fails here, "
+                      "and the other ranks may wait for this one",
+                      (unsigned long long)k->count, rc != ncclSuccess ? "NCCL's all-gather" : cudaGetErrorString(e));
+            dgc_nccl_state_drop(k);
+            k->part = DGC_NCCL_DEAD;
+            k->rc = rc != ncclSuccess ? rc : ncclUnhandledCudaError;
+            continue;
+        }
+        int any = 0;
+        for (int r = 0; r < k->c->nranks; r++) any |= x->votes_host[r] != 0;
+        if (any) go_dense(k, x->votes_host);
+    }
+}
+
+/* The buffer is not aligned to its elements (the compression refuses it). */
+static int misaligned(const dgc_nccl_call *k) {
+    const uintptr_t e = (uintptr_t)dgc_gpu_dtype_size(k->gpu_dtype);
+    return (uintptr_t)k->send % e != 0 || (uintptr_t)k->recv % e != 0;
+}
+
+/* Enqueues the compression of a call with state; without one (after its
+ * count's first call), a flagged payload. */
+static void compress(dgc_nccl_call *k, const dgc_config *cfg) {
+    (void)cfg;
+    if (k->part == DGC_NCCL_FAILED) {
+        DGC_ERROR("no state for a %llu-element buffer (%zu bytes: %s) after its count's first call (it moved, or "
+                  "memory ran short since): this call fails on every rank (output NaN, ncclSystemError later)",
+                  (unsigned long long)k->count, k->footprint, lack_text(k->lack));
+        take_part_flagged(k, DGC_FAIL_MEMORY);
+        return;
+    }
+    if (k->part != DGC_NCCL_STATE) return;
+    char err[256] = "";
+    dgc_gpu_state *s = k->b->gpu;
+    /* The all-gather's payloads travel compact; the dense transport's
+     * headers are the plain payload's. */
+    k->payload = k->dense ? dgc_gpu_payload(s) : dgc_gpu_wire(s);
+    k->gathered = k->dense ? dgc_gpu_gathered(s) : dgc_gpu_wire_gathered(s);
+    if (k->dense && dgc_gpu_dense_view(s, k->recv, k->gpu_dtype, &k->vec))
+        snprintf(err, sizeof err, "the state has no room for the dense transport (a bug)");
+    else if (dgc_gpu_compress(s, k->send, k->recv, k->gpu_dtype, &k->p, k->stream, err, sizeof err) == 0 &&
+             (k->dense ? dgc_gpu_dense_scatter(s, k->recv, k->gpu_dtype, &k->p, k->stream, err, sizeof err)
+                       : dgc_gpu_encode(s, &k->p, k->stream, err, sizeof err)) == 0)
+        return;
+    DGC_ERROR("the compression of a %llu-element buffer could not be enqueued (%s): the call takes part "
+              "flagged as failed",
+              (unsigned long long)k->count, err);
+    take_part_flagged(k, misaligned(k) ? DGC_FAIL_MISALIGNED : DGC_FAIL_ENGINE); /* into the state's own buffers */
 }
 
 /* The collectives a call issues in an exchange phase: 0, the payloads'
@@ -364,7 +545,8 @@ static void finish(dgc_nccl_call *k, const dgc_config *cfg) {
     switch (k->part) {
     case DGC_NCCL_PASS:
         dgc_registry_tally_add(DGC_TALLY_NCCL_PASSED);
-        if (cfg->stats) dgc_registry_count_passthrough();
+        if (k->forward == DGC_NCCL_FORWARD_DENSE) dgc_registry_count_over_budget();
+        else if (cfg->stats) dgc_registry_count_passthrough();
         break;
     case DGC_NCCL_STATE:
         failed = (k->dense ? dgc_gpu_decode_dense : dgc_gpu_decode)(k->b->gpu, k->recv, k->gpu_dtype, &k->p,
@@ -389,67 +571,88 @@ static void finish(dgc_nccl_call *k, const dgc_config *cfg) {
     release(k);
 }
 
-/* One phase of the calls' exchanges: one collective alone needs no group;
+/* One phase of the round's exchanges: one collective alone needs no group;
  * several share one, which is also what lets one thread drive several
  * devices' ranks. Each call's outcome is settled (non-blocking
  * communicators) before the next phase issues anything on it. */
-static void exchange_phase(const dgc_nccl_api *api, dgc_nccl_call *k, int n, int phase) {
+static void exchange_phase(const dgc_nccl_api *api, dgc_nccl_call **v, int m, int phase) {
     int issued = 0;
-    for (int i = 0; i < n; i++) issued += collectives(&k[i], phase);
+    for (int i = 0; i < m; i++) issued += collectives(v[i], phase);
     if (!issued) return;
     const int grouped = issued > 1;
     ncclResult_t gs = grouped ? api->group_start() : ncclSuccess;
-    for (int i = 0; i < n; i++) {
-        if (!collectives(&k[i], phase)) continue;
+    for (int i = 0; i < m; i++) {
+        if (!collectives(v[i], phase)) continue;
         if (gs != ncclSuccess) {
-            exchange_failed(&k[i], gs);
+            exchange_failed(v[i], gs);
             continue;
         }
-        dgc_device_switch(dgc_nccl_ext(k[i].c)->device);
-        exchange(api, &k[i], phase);
+        dgc_device_switch(dgc_nccl_ext(v[i]->c)->device);
+        exchange(api, v[i], phase);
     }
     if (grouped && gs == ncclSuccess) {
         ncclResult_t ge = api->group_end(); /* group members return ncclSuccess; this says how they went */
-        for (int i = 0; i < n; i++)
-            if (collectives(&k[i], phase) && k[i].xrc == ncclSuccess) k[i].xrc = ge;
+        for (int i = 0; i < m; i++)
+            if (collectives(v[i], phase) && v[i]->xrc == ncclSuccess) v[i]->xrc = ge;
     }
-    for (int i = 0; i < n; i++) {
-        if (!collectives(&k[i], phase)) continue;
-        ncclResult_t rc = dgc_nccl_settle(api, k[i].comm, k[i].xrc);
-        k[i].xrc = ncclSuccess;
-        if (rc != ncclSuccess) exchange_failed(&k[i], rc);
+    for (int i = 0; i < m; i++) {
+        if (!collectives(v[i], phase)) continue;
+        ncclResult_t rc = dgc_nccl_settle(api, v[i]->comm, v[i]->xrc);
+        v[i]->xrc = ncclSuccess;
+        if (rc != ncclSuccess) exchange_failed(v[i], rc);
     }
 }
 
-/* Call i found its buffer's state held by an earlier call of this run (the
- * same buffer twice): that call takes part flagged too, before anything is
- * exchanged, so neither commits. Its payload is already in the state's
- * buffers, which the flag overwrites; a call whose compression failed takes
- * the same way. Every rank learns it from the headers. */
-static void fail_clashing(dgc_nccl_call *k, int i) {
-    for (int j = 0; j < i; j++)
-        if (k[j].b == k[i].clash && k[j].part == DGC_NCCL_STATE) take_part_flagged(&k[j]);
+/* A device the runtime cannot switch to: the call fails here alone. */
+static void unreachable(dgc_nccl_call *k) {
+    k->b = NULL;
+    k->xbuf = NULL;
+    k->xbuf_sync = 0;
+    k->part = DGC_NCCL_DEAD;
+    k->rc = ncclUnhandledCudaError;
+}
+
+/* One round: at most one call per communicator. */
+static void run_round(const dgc_nccl_api *api, dgc_nccl_call **v, int m, const dgc_config *cfg) {
+    for (int i = 0; i < m; i++) {
+        if (dgc_device_switch(dgc_nccl_ext(v[i]->c)->device) == 0) plan(v[i], cfg);
+        else unreachable(v[i]);
+    }
+    vote(api, v, m);
+    for (int i = 0; i < m; i++)
+        if (v[i]->part != DGC_NCCL_DEAD && dgc_device_switch(dgc_nccl_ext(v[i]->c)->device) == 0) compress(v[i], cfg);
+    for (int phase = 0; phase < 2; phase++) exchange_phase(api, v, m, phase);
+    for (int i = 0; i < m; i++) {
+        if (dgc_device_switch(dgc_nccl_ext(v[i]->c)->device) == 0) finish(v[i], cfg);
+        else release(v[i]);
+    }
 }
 
 ncclResult_t dgc_nccl_run(const dgc_nccl_api *api, dgc_nccl_call *k, int n, const dgc_config *cfg) {
-    for (int i = 0; i < n; i++) {
-        if (dgc_device_switch(dgc_nccl_ext(k[i].c)->device) == 0) {
-            prepare(&k[i], cfg);
-            if (k[i].clash) fail_clashing(k, i);
-        } else {
-            k[i].b = NULL;
-            k[i].xbuf = NULL;
-            k[i].xbuf_sync = 0;
-            k[i].part = DGC_NCCL_DEAD;
-            k[i].rc = ncclUnhandledCudaError;
-        }
+    /* Round r: the r-th call of each communicator, in the order made. */
+    dgc_nccl_call **v = malloc((size_t)n * sizeof *v);
+    int *round = calloc((size_t)n, sizeof *round);
+    if (!v || !round) {
+        free(v);
+        free(round);
+        DGC_ERROR("no host memory to run %d held-back call(s): they fail here, and the other ranks may wait", n);
+        for (int i = 0; i < n; i++) k[i].rc = ncclSystemError;
+        return ncclSystemError;
     }
-    for (int phase = 0; phase < 2; phase++) exchange_phase(api, k, n, phase);
+    int rounds = 0;
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < i; j++) round[i] += k[j].comm == k[i].comm;
+        if (round[i] + 1 > rounds) rounds = round[i] + 1;
+    }
+    for (int r = 0; r < rounds; r++) {
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            if (round[i] == r) v[m++] = &k[i];
+        run_round(api, v, m, cfg);
+    }
     ncclResult_t first = ncclSuccess;
-    for (int i = 0; i < n; i++) {
-        if (dgc_device_switch(dgc_nccl_ext(k[i].c)->device) == 0) finish(&k[i], cfg);
-        else release(&k[i]);
-        if (first == ncclSuccess) first = k[i].rc;
-    }
+    for (int i = 0; i < n && first == ncclSuccess; i++) first = k[i].rc;
+    free(v);
+    free(round);
     return first;
 }

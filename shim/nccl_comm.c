@@ -29,8 +29,11 @@ static void free_ext(void *ext) {
     if (!x) return;
     if (x->report) {
         cudaDeviceSynchronize();
+        dgc_nccl_count_news(x); /* the device's last word on failed steps, for the statistics */
         dgc_gpu_report_destroy(x->report);
     }
+    if (x->votes) cudaFree(x->votes);
+    free(x->votes_host);
     free(x);
 }
 
@@ -57,6 +60,17 @@ dgc_comm *dgc_nccl_comm_open(const dgc_nccl_api *api, ncclComm_t comm, int devic
     c->ext_free = free_ext;
     if (!x->report) {
         DGC_ERROR("no pinned host memory for a communicator's device report (%s)", dgc_gpu_last_error());
+        dgc_registry_comm_close(c->id);
+        return NULL;
+    }
+    /* The votes at a count's first call (nccl_call.c): this rank's byte,
+     * then every rank's. */
+    x->votes_host = malloc((size_t)nranks);
+    cudaError_t e = x->votes_host ? cudaMalloc(&x->votes, 1 + (size_t)nranks) : cudaErrorMemoryAllocation;
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        x->votes = NULL;
+        DGC_ERROR("no memory for a communicator's %d-byte vote buffer (%s)", 1 + nranks, cudaGetErrorString(e));
         dgc_registry_comm_close(c->id);
         return NULL;
     }

@@ -40,14 +40,21 @@ void dgc_device_leave(dgc_device_guard *g) {
 int dgc_stream_capturing(cudaStream_t stream) {
     enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
     cudaError_t e = cudaStreamIsCapturing(stream, &st);
-    if (e != cudaSuccess) {
-        /* The legacy stream, queried while another stream captures in
-         * global mode, answers cudaErrorStreamCaptureImplicit: a capture is
-         * under way, so nothing of ours may run now either. */
-        (void)cudaGetLastError(); /* not sticky: clear it so that it is not reported again */
-        return 1;
-    }
-    return st != cudaStreamCaptureStatusNone;
+    if (e == cudaSuccess) return st != cudaStreamCaptureStatusNone;
+    (void)cudaGetLastError(); /* not sticky: clear it so that it is not reported again */
+    /* The legacy stream, queried while another stream captures in global
+     * mode, answers cudaErrorStreamCaptureImplicit: a capture is under way,
+     * so nothing of ours may run now either. */
+    if (e == cudaErrorStreamCaptureImplicit) return 1;
+    /* Anything else is the runtime failing to answer: this call passes
+     * through (the safe way if a capture were under way), and says so. */
+    if (dgc_registry_claim(DGC_FLAG_NCCL_CAPTURE_QUERY_SAID))
+        DGC_WARN("cudaStreamIsCapturing failed (%s): the call passes through uncompressed; so does every call for "
+                 "which it fails again (said once)",
+                 cudaGetErrorString(e));
+    else
+        DGC_DEBUG("cudaStreamIsCapturing failed again (%s): the call passes through", cudaGetErrorString(e));
+    return 1;
 }
 
 ncclResult_t dgc_nccl_settle(const dgc_nccl_api *api, ncclComm_t comm, ncclResult_t rc) {

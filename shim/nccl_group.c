@@ -15,7 +15,14 @@
  *     and no step counter moved (steps are taken when a call runs);
  *   - every rank records the same calls in the same order (the group's
  *     members are the same everywhere), so every rank runs the same batch.
- * A communicator seen for the first time inside a group cannot be checked
+ * All-reduces that pass through untouched are forwarded at once, into
+ * NCCL's group, unless a call on their communicator is held already: then
+ * they are held too, and forwarded in their place, so that the communicator
+ * sees its all-reduces in the order they were made, as a rank that does not
+ * group sees them (ranks may group differently).
+ * Communicators NCCL makes inside a group are checked right after the
+ * outermost ncclGroupEnd (nccl_init.c). A communicator seen for the first
+ * time inside a group, whose making the shim did not see, cannot be checked
  * there (the check waits for its result): its candidate calls pass through
  * in the group, as on every rank, and its check runs right after the
  * outermost ncclGroupEnd, before the recorded calls.
@@ -36,6 +43,8 @@ typedef struct {
     int ncalls, calls_cap;
     dgc_nccl_check *checks;
     int nchecks, checks_cap;
+    ncclComm_t *created; /* communicators NCCL makes at the outermost end */
+    int ncreated, created_cap;
 } group_state;
 
 static _Thread_local group_state group;
@@ -67,6 +76,18 @@ int dgc_nccl_group_defer_call(const dgc_nccl_call *k) {
     return 0;
 }
 
+int dgc_nccl_group_holds(ncclComm_t comm) {
+    for (int i = 0; i < group.ncalls; i++)
+        if (group.calls[i].comm == comm) return 1;
+    return 0;
+}
+
+int dgc_nccl_group_add_created(ncclComm_t comm) {
+    if (grow((void **)&group.created, &group.created_cap, group.ncreated + 1, sizeof *group.created)) return -1;
+    group.created[group.ncreated++] = comm;
+    return 0;
+}
+
 /* NCCL accepts ncclCommDestroy and ncclCommAbort inside a group (it runs
  * them at the outermost end), but the shim closes the communicator's record
  * at once: held-back work on it would run on a freed record and a reclaimed
@@ -91,13 +112,17 @@ int dgc_nccl_group_forget(const dgc_comm *c) {
 static void drop(void) {
     free(group.calls);
     free(group.checks);
+    free(group.created);
     group.calls = NULL;
     group.checks = NULL;
-    group.ncalls = group.calls_cap = group.nchecks = group.checks_cap = 0;
+    group.created = NULL;
+    group.ncalls = group.calls_cap = group.nchecks = group.checks_cap = group.ncreated = group.created_cap = 0;
 }
 
 /* The real group has ended with rc: the held-back work, if any. */
 static ncclResult_t after_outermost(const dgc_nccl_api *api, ncclResult_t rc) {
+    if (group.ncreated && rc == ncclSuccess) /* made now: checked before any call can reach them */
+        dgc_nccl_check_new(api, group.created, group.ncreated);
     if (!group.ncalls && !group.nchecks) {
         drop();
         return rc;

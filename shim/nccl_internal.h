@@ -7,8 +7,9 @@
  *     configuration and per-communicator call counters: the same on every
  *     rank (invariant 1);
  *   - everything is enqueued on the caller's stream; the host waits for the
- *     device only on a communicator's first sight (its configuration check)
- *     and when state is freed (invariant 5);
+ *     device only at a communicator's configuration check (when it is
+ *     made), at a count's first call (the ranks' votes on holding its
+ *     state) and when state is freed (invariant 5);
  *   - inside ncclGroupStart/End nothing is launched: compressed calls are
  *     recorded and run after the outermost ncclGroupEnd (nccl_group.c). */
 #ifndef DGCSHIM_NCCL_INTERNAL_H
@@ -48,6 +49,11 @@ typedef struct {
     ncclResult_t (*comm_abort)(ncclComm_t);
     ncclResult_t (*comm_finalize)(ncclComm_t); /* optional (2.18+) */
     ncclResult_t (*get_version)(int *);
+    /* the communicator constructors the shim checks its configuration at (optional: where that NCCL has them) */
+    ncclResult_t (*comm_init_rank)(ncclComm_t *, int, ncclUniqueId, int);
+    ncclResult_t (*comm_init_rank_config)(ncclComm_t *, int, ncclUniqueId, int, ncclConfig_t *); /* 2.14+ */
+    ncclResult_t (*comm_init_all)(ncclComm_t *, int, const int *);
+    ncclResult_t (*comm_split)(ncclComm_t, int, int, ncclComm_t *, ncclConfig_t *); /* 2.18+ */
     int version;          /* from get_version, 0 when it failed */
     char object[512];     /* the file they come from, for log lines */
 } dgc_nccl_api;
@@ -86,9 +92,15 @@ typedef struct {
     int device;               /* ncclCommCuDevice */
     int rank;                 /* ncclCommUserRank */
     dgc_gpu_report *report;   /* what the device tells the host (mapped pinned memory) */
+    void *votes;              /* device memory for a count's first-call agreement: 1 + nranks bytes */
+    unsigned char *votes_host; /* nranks bytes: the gathered votes, read by the host */
     uint64_t failed_seen;     /* report->failed at the last look */
     uint64_t nonfinite_seen;  /* report->nonfinite at the last look */
     uint64_t bad_seen;        /* report->bad_steps at the last look */
+    uint64_t own_flagged;     /* calls this rank took part in flagged (counted by their own cause) */
+    uint64_t peer_counted;    /* failed steps counted as a peer's (report->failed seen, less own_flagged) */
+    uint64_t bad_counted;     /* report->bad_steps counted in the statistics */
+    uint64_t bad_undone;      /* report->bad_steps whose step was given back */
     uint64_t retired;         /* states retired because a new buffer overlapped them */
     int retire_warned;
 } dgc_nccl_comm;
@@ -102,6 +114,22 @@ dgc_comm *dgc_nccl_comm_find(ncclComm_t comm);
  * current device already: the report is made there). NULL, logged, when
  * memory is short. */
 dgc_comm *dgc_nccl_comm_open(const dgc_nccl_api *api, ncclComm_t comm, int device);
+
+/* What the device's report says now about failed steps: counted in the
+ * statistics by cause (a peer's failure, a bad payload) as far as they are
+ * new. Reads mapped memory only: no wait. */
+void dgc_nccl_count_news(dgc_nccl_comm *x);
+
+/* ---- communicators made (nccl_init.c) ---- */
+
+/* Right after NCCL made n communicators (not inside a group: there, after
+ * the outermost ncclGroupEnd): opens their records and runs their
+ * configuration checks, in one group, on streams of the shim's own, before
+ * any collective of the program's can reach them: so the check's place in
+ * each communicator's sequence of collectives is the same on every rank,
+ * whatever the program groups later. 0, or the first error (logged; the
+ * communicators are then checked at their first candidate call). */
+ncclResult_t dgc_nccl_check_new(const dgc_nccl_api *api, const ncclComm_t *comms, int n);
 
 /* ---- the caller's device and stream (nccl_device.c) ---- */
 
@@ -174,11 +202,27 @@ enum {
 };
 
 /* The entry of this call's buffer (found or created, and pinned), or NULL
- * when this rank has no state for it (no memory, over DGC_MAX_STATE_MB):
- * logged, and the call takes part flagged. */
+ * when this rank has no state for it: k->lack then says why (over
+ * DGC_MAX_STATE_MB, no device memory, no host memory), logged at debug
+ * level: the caller says what follows (a dense sum agreed at the count's
+ * first call, or a flagged payload). */
 dgc_buffer *dgc_nccl_state_get(dgc_nccl_call *k, const dgc_config *cfg);
 
+/* Unpins and frees the state k->b (the ranks agreed to sum its count
+ * densely). */
+void dgc_nccl_state_drop(dgc_nccl_call *k);
+
 /* ---- one compressed call (nccl_call.c) ---- */
+
+/* Why a rank has no state for a call (dgc_nccl_state_get). */
+enum { DGC_NCCL_LACK_NONE, DGC_NCCL_LACK_BUDGET, DGC_NCCL_LACK_DEVICE, DGC_NCCL_LACK_HOST };
+
+/* A call held in a group only to keep its place: forwarded untouched. */
+enum {
+    DGC_NCCL_RUN,          /* compressed (as far as the run decides) */
+    DGC_NCCL_FORWARD,      /* forwarded: not a compressed call */
+    DGC_NCCL_FORWARD_DENSE /* forwarded: its count is summed densely (some rank over budget) */
+};
 
 struct dgc_nccl_call {
     /* the call as the caller made it */
@@ -196,8 +240,10 @@ struct dgc_nccl_call {
     dgc_step_params p;
     int dense;            /* the pairs go by the dense transport (dgc_policy_transport) */
     dgc_transport_bytes tb; /* what a rank sends either way */
+    int forward;          /* DGC_NCCL_RUN, or forwarded untouched (DGC_NCCL_FORWARD*) */
     dgc_buffer *b;        /* DGC_NCCL_STATE */
-    dgc_buffer *clash;    /* the state an earlier call of the same run holds (the same buffer twice), or NULL */
+    int lack;             /* DGC_NCCL_LACK_*: why b is NULL */
+    size_t footprint;     /* the state's bytes, for the lack's log line */
     void *payload, *gathered; /* this rank's payload and every rank's (dense: their headers) */
     dgc_gpu_dense_vector vec; /* dense: where the dense sum runs */
     void *xbuf;           /* exchange memory of a flagged call, or NULL */
@@ -209,10 +255,17 @@ struct dgc_nccl_call {
 /* dtype as the engine's type; -1 when it is not one it compresses. */
 int dgc_nccl_gpu_dtype(ncclDataType_t dtype, dgc_gpu_dtype *out);
 
-/* Runs n compressed calls (collective-consistent: every rank runs the same
- * list): each prepared (device news read, step, plan, state, compression),
- * their exchanges issued in one group (none for one call), then decoded.
- * Each call's result lands in its rc; returns the first non-success one. */
+/* Runs n calls (collective-consistent: every rank runs the same list), in
+ * rounds: round r holds the r-th call of each communicator (a group may
+ * span communicators on several devices, driven by one thread: their
+ * collectives must share NCCL groups). In a round each call is prepared
+ * (device news read, step, plan, state; at a count's first call, the
+ * ranks' votes on whether all hold a state), compressed, exchanged (each
+ * phase one group), and decoded. So each communicator sees its calls'
+ * collectives in the order the calls were made, whole, exactly as if they
+ * had been made one at a time, whatever the program grouped. Calls marked
+ * DGC_NCCL_FORWARD* are forwarded in their place. Each call's result lands
+ * in its rc; returns the first non-success one. */
 ncclResult_t dgc_nccl_run(const dgc_nccl_api *api, dgc_nccl_call *k, int n, const dgc_config *cfg);
 
 /* ---- groups (nccl_group.c) ---- */
@@ -225,9 +278,17 @@ int dgc_nccl_in_group(void);
  * -1 when memory is short (logged). */
 int dgc_nccl_group_defer_check(dgc_comm *c, ncclComm_t comm, cudaStream_t stream);
 
-/* Inside a group: record a compressed call, run after the outermost
- * ncclGroupEnd. 0, or -1 when memory is short (logged). */
+/* Inside a group: record a call (compressed, or forwarded in its place),
+ * run after the outermost ncclGroupEnd. 0, or -1 when memory is short. */
 int dgc_nccl_group_defer_call(const dgc_nccl_call *k);
+
+/* Inside a group: 1 when a call on comm is held back already (a later
+ * all-reduce on it must be held too, to keep its place). */
+int dgc_nccl_group_holds(ncclComm_t comm);
+
+/* Inside a group: a communicator NCCL makes at the outermost ncclGroupEnd;
+ * its record and check follow it (dgc_nccl_check_new). 0, or -1. */
+int dgc_nccl_group_add_created(ncclComm_t comm);
 
 /* The communicator's record is closing (destroy or abort, maybe inside a
  * group): forgets what this thread's group holds for it. Returns how many

@@ -119,6 +119,10 @@ static int fill(dgc_nccl_api *api, void *h, const object *within, const object *
         ENTRY(comm_abort, "CommAbort", 1),
         ENTRY(comm_finalize, "CommFinalize", 0),
         ENTRY(get_version, "GetVersion", 1),
+        ENTRY(comm_init_rank, "CommInitRank", 0),
+        ENTRY(comm_init_rank_config, "CommInitRankConfig", 0),
+        ENTRY(comm_init_all, "CommInitAll", 0),
+        ENTRY(comm_split, "CommSplit", 0),
 #undef ENTRY
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {

@@ -9,9 +9,11 @@
  * so the step-0 bucket does not keep its GPU memory for the rest of the run;
  * states unused for DGC_STATE_IDLE_CALLS calls go too, as on the MPI path.
  *
- * Whether a rank has a state is a local matter (memory, budget, addresses):
- * it never changes what the rank sends, only whether its payload carries
- * pairs or the DGC_WIRE_FAILED flag (invariant 1). */
+ * Whether a rank has a state is a local matter (memory, budget, addresses),
+ * so it never decides alone what the rank sends (invariant 1): at a count's
+ * first call the ranks vote on it, and a count some rank cannot hold is
+ * summed densely on every rank from then on (nccl_call.c); later, a rank
+ * without its state takes part with the DGC_WIRE_FAILED flag. */
 #include <stdint.h>
 
 #include "log.h"
@@ -112,18 +114,12 @@ dgc_buffer *dgc_nccl_state_get(dgc_nccl_call *k, const dgc_config *cfg) {
      * k that goes sparse, the dense room when some step goes dense. */
     dgc_policy_outlook(cfg, k->count, (unsigned)dgc_gpu_dtype_size(k->gpu_dtype), k->p.step, c->nranks,
                        &want.sparse_k, &want.dense);
+    k->lack = DGC_NCCL_LACK_NONE;
+    k->footprint = dgc_gpu_state_footprint(&want);
+    /* A run takes a communicator's calls one round at a time: a buffer is
+     * never pinned by another call here (the same buffer twice in a group
+     * is two calls in turn, as without the group). */
     dgc_buffer *b = dgc_registry_find(c, key, k->recv, k->count);
-    if (b && b->pinned) {
-        /* The same buffer twice among the calls of one group: its payload
-         * cannot serve both, and one call's output is the other's. The run
-         * fails both (dgc_nccl_run), so that neither commits a step whose
-         * output the other overwrites. */
-        DGC_ERROR("a %llu-element buffer at %p is all-reduced twice in one NCCL group: both calls fail "
-                  "(output NaN on every rank, the state unchanged, ncclSystemError later)",
-                  (unsigned long long)k->count, k->recv);
-        k->clash = b;
-        return NULL;
-    }
     if (b && !fits(dgc_gpu_state_shape(b->gpu), &want)) { /* the same memory, now another type or size */
         dgc_registry_release_where(c, is_entry, b);
         b = NULL;
@@ -134,27 +130,25 @@ dgc_buffer *dgc_nccl_state_get(dgc_nccl_call *k, const dgc_config *cfg) {
         return b;
     }
     retire_overlapping(k, key);
-    size_t footprint = dgc_gpu_state_footprint(&want);
-    if (!dgc_registry_within_budget(footprint, (size_t)cfg->max_state_mb << 20)) {
-        if (!c->budget_warned++)
-            DGC_ERROR("the state of a new %llu-element buffer (%zu bytes) would pass DGC_MAX_STATE_MB=%llu on this "
-                      "rank: its calls fail on every rank (output NaN, ncclSystemError); said once per communicator",
-                      (unsigned long long)k->count, footprint, (unsigned long long)cfg->max_state_mb);
+    if (!dgc_registry_within_budget(k->footprint, (size_t)cfg->max_state_mb << 20)) {
+        DGC_DEBUG("the state of a new %llu-element buffer (%zu bytes) would pass DGC_MAX_STATE_MB=%llu on this rank",
+                  (unsigned long long)k->count, k->footprint, (unsigned long long)cfg->max_state_mb);
+        k->lack = DGC_NCCL_LACK_BUDGET;
         return NULL;
     }
     char err[256] = "";
     dgc_gpu_state *s = dgc_gpu_state_create(&want, k->stream, err, sizeof err);
     if (!s) {
         (void)cudaGetLastError(); /* handled here: the flagged payload's launches must not read it as theirs */
-        DGC_ERROR("no device memory for the state of a %llu-element buffer (%zu bytes: %s): the call fails on every "
-                  "rank (output NaN, ncclSystemError)",
-                  (unsigned long long)k->count, footprint, err);
+        DGC_DEBUG("no device memory for the state of a %llu-element buffer (%zu bytes: %s)",
+                  (unsigned long long)k->count, k->footprint, err);
+        k->lack = DGC_NCCL_LACK_DEVICE;
         return NULL;
     }
     if (dgc_registry_adopt(c, key, k->recv, k->count, s, dgc_gpu_state_bytes(s), release_gpu, &b) != DGC_CREATED) {
         dgc_gpu_state_destroy(s);
-        DGC_ERROR("no host memory for the entry of a %llu-element buffer: the call fails on every rank",
-                  (unsigned long long)k->count);
+        DGC_DEBUG("no host memory for the entry of a %llu-element buffer", (unsigned long long)k->count);
+        k->lack = DGC_NCCL_LACK_HOST;
         return NULL;
     }
     b->pinned = 1;
@@ -162,4 +156,11 @@ dgc_buffer *dgc_nccl_state_get(dgc_nccl_call *k, const dgc_config *cfg) {
               (unsigned long long)k->count, k->recv, key, dgc_gpu_state_bytes(s));
     warn_growth(c, k->count);
     return b;
+}
+
+void dgc_nccl_state_drop(dgc_nccl_call *k) {
+    if (!k->b) return;
+    k->b->pinned = 0;
+    dgc_registry_release_where(k->c, is_entry, k->b);
+    k->b = NULL;
 }
