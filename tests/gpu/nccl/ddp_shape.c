@@ -90,17 +90,22 @@ static void check_identical(const float *out, long n, long step) {
         if (all[r] != all[0]) fail("step %ld: rank %d's output bytes differ from rank 0's", step, r);
 }
 
+static int group_rank = -1; /* the rank that wraps each step's calls in a group (older DDP, coalesced calls) */
+
 /* The calls of one step, on the NCCL path, as DDP issues them. */
 static void nccl_step(float *dev, long step, ncclComm_t comm, cudaStream_t s) {
+    const int grouped = rank == group_rank;
+    if (grouped) NCCL_OK(ncclGroupStart());
     if (step == 0) {
         NCCL_OK(ncclAllReduce(dev, dev, ALL, ncclFloat32, ncclSum, comm, s));
-        return;
+    } else {
+        long at = 0;
+        for (int b = 0; b < NBUCKETS; b++) {
+            NCCL_OK(ncclAllReduce(dev + at, dev + at, (size_t)bucket[b], ncclFloat32, ncclSum, comm, s));
+            at += bucket[b];
+        }
     }
-    long at = 0;
-    for (int b = 0; b < NBUCKETS; b++) {
-        NCCL_OK(ncclAllReduce(dev + at, dev + at, (size_t)bucket[b], ncclFloat32, ncclSum, comm, s));
-        at += bucket[b];
-    }
+    if (grouped) NCCL_OK(ncclGroupEnd());
 }
 
 static void mpi_step(float *host, long step) {
@@ -158,11 +163,21 @@ static void run(void) {
 typedef struct {
     const char *name;
     const char *env[8];
+    int group_rank;
 } test_case;
 
+#define DDP "DGC_WARMUP_STEPS=20", "DGC_MOMENTUM=0.9", "DGC_STATS=1"
 static const test_case cases[] = {
-    {"ddp_shape", {"DGC_WARMUP_STEPS=20", "DGC_MOMENTUM=0.9", "DGC_STATS=1"}},
-    {"ddp_shape_fp32", {"DGC_WARMUP_STEPS=20", "DGC_MOMENTUM=0.9", "DGC_VALUE_BITS=32", "DGC_STATS=1"}},
+    {"ddp_shape", {DDP}, -1},
+    {"ddp_shape_fp32", {DDP, "DGC_VALUE_BITS=32"}, -1},
+    /* A budget on every rank that the large buckets' states pass: they are
+     * summed densely, on both paths, the small one compressed. 2 MB, not
+     * 1: here one process holds both paths' states under the one budget
+     * (the NCCL path's 20000-element state alone is 0.78 MB: it is sized for
+     * the warm-up's densest step). */
+    {"ddp_shape_over_budget", {DDP, "DGC_MAX_STATE_MB=2"}, -1},
+    /* Rank 1 groups each step's calls, rank 0 does not. */
+    {"ddp_shape_mixed_groups", {DDP}, 1},
 };
 
 int main(int argc, char **argv) {
@@ -170,10 +185,12 @@ int main(int argc, char **argv) {
     for (size_t i = 0; argc == 2 && i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) tc = &cases[i];
     if (!tc) {
-        fprintf(stderr, "usage: ddp_shape CASE (ddp_shape, ddp_shape_fp32)\n");
+        fprintf(stderr, "usage: ddp_shape CASE (ddp_shape, ddp_shape_fp32, ddp_shape_over_budget, "
+                        "ddp_shape_mixed_groups)\n");
         return 2;
     }
     case_name = tc->name;
+    group_rank = tc->group_rank;
     /* Before MPI_Init: the shim reads its settings there (the MPI path) and
      * at the first NCCL call (the NCCL path). */
     for (int i = 0; i < 8 && tc->env[i]; i++) putenv((char *)tc->env[i]);

@@ -224,11 +224,13 @@ static int by_magnitude(const void *a, const void *b, void *ctx) {
 
 /* One step on the buffer tag: gradients step < until (zero after: the
  * residual drains), out = the DGC output. */
-static void ref_step(dgc_ref *R, uint64_t tag, long step, long until, float *out) {
+/* One step whose gradient is the same on every rank: given (NULL: tag's). */
+static void ref_step_given(dgc_ref *R, uint64_t tag, long step, long until, const float *given, float *out) {
     for (long i = 0; i < R->n; i++) out[i] = 0.0f;
     for (int r = 0; r < nranks; r++) {
         float *v = R->v + (size_t)r * (size_t)R->n;
-        if (step < until) fill(R->g, r, tag, step, R->n);
+        if (given) memcpy(R->g, given, (size_t)R->n * sizeof(float));
+        else if (step < until) fill(R->g, r, tag, step, R->n);
         else memset(R->g, 0, (size_t)R->n * sizeof(float));
         for (long i = 0; i < R->n; i++) {
             v[i] = v[i] + R->g[i];
@@ -246,6 +248,10 @@ static void ref_step(dgc_ref *R, uint64_t tag, long step, long until, float *out
             v[i] = v[i] - sent;
         }
     }
+}
+
+static void ref_step(dgc_ref *R, uint64_t tag, long step, long until, float *out) {
+    ref_step_given(R, tag, step, until, NULL, out);
 }
 
 static void expect_equal(const float *got, const float *want, long n, const char *what) {
@@ -428,10 +434,11 @@ static void check_int_sum(const int32_t *dev, long m, cudaStream_t s) {
     free(want);
 }
 
-/* A compressed call inside the user's group beside an ordinary one; a
- * communicator seen first inside a group (its float call passes through, its
- * check runs after the group); nested groups; the state a group's call made
- * carried on by an ordinary call. DGC_SPARSITY=0.99, DGC_SAMPLE_RATIO=1. */
+/* A compressed call inside the user's group beside an ordinary one (held in
+ * its place after it); a communicator's first call inside a group
+ * (compressed like any other: its configuration was checked when it was
+ * made); nested groups; the state a group's call made carried on by an
+ * ordinary call. DGC_SPARSITY=0.99, DGC_SAMPLE_RATIO=1. */
 static void case_group(void) {
     ncclComm_t comm = make_comm(1);
     cudaStream_t s;
@@ -448,7 +455,7 @@ static void case_group(void) {
     dgc_ref R[5];
     for (int i = 0; i < 5; i++) R[i] = ref_new(n, 0.99);
 
-    /* A: first sight inside a group: the float call passes through (dense sum). */
+    /* A: the communicator's first call, inside a group: compressed. */
     fill(g, rank, 100, 0, n);
     upload(x[0], g, bytes);
     int_data(ix, rank, m);
@@ -458,8 +465,9 @@ static void case_group(void) {
     NCCL_OK(ncclAllReduce(ibuf, ibuf, (size_t)m, ncclInt32, ncclSum, comm, s));
     NCCL_OK(ncclGroupEnd());
     download(out, x[0], bytes, s);
-    dense_reference(100, n, want, g);
-    expect_equal(out, want, n, "A: first call of a communicator inside a group (passed through)");
+    ref_step(&R[0], 100, 0, 1, want);
+    expect_equal(out, want, n, "A: a communicator's first call, inside a group");
+    check_identical(out, bytes, "A");
     check_int_sum(ibuf, m, s);
 
     /* B: compressed inside a group, beside a pass-through call. */
@@ -849,19 +857,43 @@ static void calls_fail_everywhere(ncclComm_t comm, cudaStream_t s, float *x, lon
     free(ix);
 }
 
-/* Rank 1 may not make a state (DGC_MAX_STATE_MB=1, a per-rank option): it
- * still takes part, with a flagged payload, and every rank's output is NaN;
- * from the next call on (the host reads the device's report then, without
- * waiting) every rank returns ncclSystemError, while still issuing the same
- * collectives: an ordinary call afterwards works on both. */
+/* Rank 1 may not make a state (DGC_MAX_STATE_MB=1, a per-rank option):
+ * the ranks' vote at the count's first call finds it, and every rank sums
+ * the buffer densely from then on, by the real ncclAllReduce: the exact
+ * sum, ncclSuccess, the same bytes everywhere; an ordinary call afterwards
+ * works on both. */
 static void case_over_budget(void) {
     ncclComm_t comm = make_comm(1);
     cudaStream_t s;
     CUDA_OK(cudaStreamCreate(&s));
     const long n = 1L << 20;
-    float *x = dev_alloc((size_t)n * sizeof(float));
-    calls_fail_everywhere(comm, s, x, n, 800, "over budget");
+    const size_t bytes = (size_t)n * sizeof(float);
+    float *x = dev_alloc(bytes), *g = malloc(bytes), *out = malloc(bytes), *want = malloc(bytes),
+          *gr = malloc(bytes);
+    int32_t *ix = malloc(4000 * 4), *ibuf = dev_alloc(4000 * 4);
+    if (!g || !out || !want || !gr || !ix) fail("no host memory");
+    for (int call = 0; call < 3; call++) {
+        fill(g, rank, 800, call, n);
+        upload(x, g, bytes);
+        NCCL_OK(ncclAllReduce(x, x, (size_t)n, ncclFloat32, ncclSum, comm, s));
+        download(out, x, bytes, s);
+        for (long i = 0; i < n; i++) want[i] = 0.0f;
+        for (int r = 0; r < nranks; r++) {
+            fill(gr, r, 800, call, n);
+            for (long i = 0; i < n; i++) want[i] += gr[i];
+        }
+        char what[64];
+        snprintf(what, sizeof what, "over budget on rank 1: call %d (summed densely)", call);
+        expect_equal(out, want, n, what);
+        check_identical(out, bytes, what);
+    }
+    int_data(ix, rank, 4000);
+    upload(ibuf, ix, 4000 * 4);
+    NCCL_OK(ncclAllReduce(ibuf, ibuf, 4000, ncclInt32, ncclSum, comm, s));
+    check_int_sum(ibuf, 4000, s);
     CUDA_OK(cudaFree(x));
+    CUDA_OK(cudaFree(ibuf));
+    free(g), free(out), free(want), free(gr), free(ix);
     NCCL_OK(ncclCommDestroy(comm));
 }
 
@@ -904,21 +936,19 @@ static void case_nonblocking(void) {
     NCCL_OK(ncclCommDestroy(comm));
 }
 
-/* The same buffer all-reduced twice in one group: one call's output is the
- * other's input, so both fail on every rank (output NaN) and neither
- * changes the state. The next call returns ncclSystemError (the device's
- * report); then the residual left by step 0 drains exactly as if the group
- * had never run: had the first call committed, its sent pairs would be
- * missing from the residual. */
-static void case_clash(void) {
+/* The same buffer all-reduced twice in one group: two calls in turn, the
+ * second summing the first's output, on every rank, as without the group
+ * (NCCL runs a communicator's group members in order). Then the residual
+ * drains as the reference's does. */
+static void case_twice(void) {
     ncclComm_t comm = make_comm(1);
     cudaStream_t s;
     CUDA_OK(cudaStreamCreate(&s));
     const long n = 20001;
     const size_t bytes = (size_t)n * sizeof(float);
     dgc_ref R = ref_new(n, 0.99);
-    float *g = malloc(bytes), *out = malloc(bytes), *want = malloc(bytes);
-    if (!g || !out || !want) fail("no host memory");
+    float *g = malloc(bytes), *out = malloc(bytes), *want = malloc(bytes), *first = malloc(bytes);
+    if (!g || !out || !want || !first) fail("no host memory");
     float *buf = dev_alloc(bytes);
     fill(g, rank, 950, 0, n);
     upload(buf, g, bytes);
@@ -934,16 +964,15 @@ static void case_clash(void) {
     NCCL_OK(ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, comm, s));
     NCCL_OK(ncclGroupEnd());
     download(out, buf, bytes, s);
-    for (long i = 0; i < n; i++)
-        if (!isnan(out[i])) fail("the group: element %ld is %.9g, want NaN (the same buffer twice)", i, out[i]);
+    ref_step(&R, 950, 1, 2, first);
+    ref_step_given(&R, 950, 2, 2, first, want); /* every rank's input: the first call's output */
+    expect_equal(out, want, n, "the group: the second call sums the first's output");
     check_identical(out, bytes, "the group");
 
-    for (long step = 1; step <= 4; step++) { /* zero gradients: the residual of step 0 drains */
+    for (long step = 3; step <= 6; step++) { /* zero gradients: the residual drains */
         memset(g, 0, bytes);
         upload(buf, g, bytes);
-        ncclResult_t r = ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, comm, s);
-        ncclResult_t want_rc = step == 1 ? ncclSystemError : ncclSuccess;
-        if (r != want_rc) fail("drain call %ld returned %d, want %d", step, (int)r, (int)want_rc);
+        NCCL_OK(ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, comm, s));
         download(out, buf, bytes, s);
         ref_step(&R, 950, step, 1, want);
         char what[64];
@@ -951,6 +980,190 @@ static void case_clash(void) {
         expect_equal(out, want, n, what);
         check_identical(out, bytes, what);
     }
+    CUDA_OK(cudaFree(buf));
+    NCCL_OK(ncclCommDestroy(comm));
+}
+
+/* Grouping differs between ranks (NCCL matches a communicator's operations
+ * by their order, not by their groups): every rank must issue the same
+ * collectives whatever it groups.
+ *   first_grouped: rank 0 groups the communicator's first float sum (50000
+ *     elements), rank 1 does not; then a second call, ungrouped on both
+ *     (with DGC_ENABLE=0 both pass through: the exact sums);
+ *   two_grouped: step 0 ungrouped everywhere on two buffers, then rank 0
+ *     groups both buffers' calls and rank 1 makes them one at a time, then
+ *     step 2 ungrouped again. */
+static void case_first_grouped(void) {
+    ncclComm_t comm = make_comm(1);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    const long n = 50000;
+    const size_t bytes = (size_t)n * sizeof(float);
+    const char *enable = getenv("DGC_ENABLE");
+    const int off = enable && strcmp(enable, "0") == 0;
+    dgc_ref R = ref_new(n, 0.99);
+    float *g = malloc(bytes), *out = malloc(bytes), *want = malloc(bytes), *buf = dev_alloc(bytes);
+    if (!g || !out || !want) fail("no host memory");
+    for (long step = 0; step < 2; step++) {
+        fill(g, rank, 960, step, n);
+        upload(buf, g, bytes);
+        const int grouped = step == 0 && rank == 0;
+        if (grouped) NCCL_OK(ncclGroupStart());
+        NCCL_OK(ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, comm, s));
+        if (grouped) NCCL_OK(ncclGroupEnd());
+        download(out, buf, bytes, s);
+        if (off) {
+            for (long i = 0; i < n; i++) want[i] = 0.0f;
+            for (int r = 0; r < nranks; r++) {
+                fill(g, r, 960, step, n);
+                for (long i = 0; i < n; i++) want[i] += g[i];
+            }
+        } else {
+            ref_step(&R, 960, step, 2, want);
+        }
+        char what[80];
+        snprintf(what, sizeof what, "step %ld (rank 0 %s)", step, grouped ? "grouped it" : "did not group it");
+        expect_equal(out, want, n, what);
+        check_identical(out, bytes, what);
+    }
+    CUDA_OK(cudaFree(buf));
+    NCCL_OK(ncclCommDestroy(comm));
+}
+
+static void case_two_grouped(void) {
+    ncclComm_t comm = make_comm(1);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    const long n = 20001;
+    const size_t bytes = (size_t)n * sizeof(float);
+    dgc_ref R[2] = {ref_new(n, 0.99), ref_new(n, 0.99)};
+    float *g = malloc(bytes), *out = malloc(bytes), *want = malloc(bytes), *buf[2] = {dev_alloc(bytes), dev_alloc(bytes)};
+    if (!g || !out || !want) fail("no host memory");
+    for (long step = 0; step < 3; step++) {
+        for (int b = 0; b < 2; b++) {
+            fill(g, rank, 970 + (uint64_t)b, step, n);
+            upload(buf[b], g, bytes);
+        }
+        const int grouped = step == 1 && rank == 0;
+        if (grouped) NCCL_OK(ncclGroupStart());
+        for (int b = 0; b < 2; b++) NCCL_OK(ncclAllReduce(buf[b], buf[b], (size_t)n, ncclFloat32, ncclSum, comm, s));
+        if (grouped) NCCL_OK(ncclGroupEnd());
+        for (int b = 0; b < 2; b++) {
+            download(out, buf[b], bytes, s);
+            ref_step(&R[b], 970 + (uint64_t)b, step, 3, want);
+            char what[80];
+            snprintf(what, sizeof what, "buffer %d step %ld (rank 0 %s)", b, step, grouped ? "grouped both" : "did not group");
+            expect_equal(out, want, n, what);
+            check_identical(out, bytes, what);
+        }
+    }
+    NCCL_OK(ncclCommDestroy(comm));
+}
+
+/* Rank 1's buffer moves at step 1 to memory its DGC_MAX_STATE_MB=1 cannot
+ * hold a second state for (the count's first call found room, so the count
+ * stays compressed): rank 1 takes part flagged, the step fails on every rank
+ * (NaN; ncclSystemError at the next call), and later steps at home go on.
+ * Rank 0's STATS count it as a peer's failure; rank 1's log says why. */
+static void case_moved_over_budget(void) {
+    ncclComm_t comm = make_comm(1);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    const long n = 80003; /* about 0.7 MB of state: one fits DGC_MAX_STATE_MB=1, two do not */
+    const size_t bytes = (size_t)n * sizeof(float);
+    float *g = malloc(bytes), *out = malloc(bytes), *home = dev_alloc(bytes), *away = dev_alloc(bytes);
+    if (!g || !out) fail("no host memory");
+    for (long step = 0; step < 4; step++) {
+        float *x = rank == 1 && step == 1 ? away : home;
+        fill(g, rank, 980, step, n);
+        upload(x, g, bytes);
+        ncclResult_t r = ncclAllReduce(x, x, (size_t)n, ncclFloat32, ncclSum, comm, s);
+        const ncclResult_t want = step == 2 ? ncclSystemError : ncclSuccess;
+        if (r != want) fail("step %ld returned %d, want %d", step, (int)r, (int)want);
+        download(out, x, bytes, s);
+        char what[64];
+        snprintf(what, sizeof what, "step %ld", step);
+        check_identical(out, bytes, what);
+        const int nan_out = isnan(out[0]) && isnan(out[n - 1]);
+        if (nan_out != (step == 1)) fail("step %ld: output %s NaN", step, nan_out ? "is" : "is not");
+    }
+    CUDA_OK(cudaFree(home));
+    CUDA_OK(cudaFree(away));
+    NCCL_OK(ncclCommDestroy(comm));
+}
+
+/* Ranks that pass different counts to one call (rank 1 all-reduces its
+ * other buffer, 19999 elements, while rank 0 all-reduces its 20000-element
+ * one; both counts were seen before, and their payloads have one size, so
+ * the all-gather itself is well formed): every rank rejects that call (no
+ * state changes, output zero, ncclInvalidUsage from the next call) and gives
+ * its own step back, so the buffers' steps meet again and the calls after it
+ * equal the reference, as if the bad call had never been made. */
+static void case_count_mismatch(void) {
+    ncclComm_t comm = make_comm(1);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    const long n[2] = {20000, 19999};
+    dgc_ref R[2] = {ref_new(n[0], 0.99), ref_new(n[1], 0.99)};
+    float *g = malloc(20000 * 4), *out = malloc(20000 * 4), *want = malloc(20000 * 4);
+    float *buf[2] = {dev_alloc(20000 * 4), dev_alloc(20000 * 4)};
+    if (!g || !out || !want) fail("no host memory");
+    long step[2] = {0, 0};
+    /* steps 0 and 1 of both buffers, the bad call, then 3 calls of each */
+    const int plan[] = {0, 1, 0, 1, -1, 0, 1, 0, 1, 0, 1};
+    int after_bad = 0;
+    for (size_t c = 0; c < sizeof plan / sizeof plan[0]; c++) {
+        const int b = plan[c] >= 0 ? plan[c] : rank; /* the bad call: each rank its own buffer */
+        fill(g, rank, 1000 + (uint64_t)b, step[b], n[b]);
+        upload(buf[b], g, (size_t)n[b] * 4);
+        ncclResult_t r = ncclAllReduce(buf[b], buf[b], (size_t)n[b], ncclFloat32, ncclSum, comm, s);
+        download(out, buf[b], (size_t)n[b] * 4, s);
+        char what[96];
+        if (plan[c] < 0) {
+            if (r != ncclSuccess) fail("the bad call returned %d (its payloads are checked on the device, later)", (int)r);
+            if (nonzeros(out, n[b])) fail("the bad call's output is not zero");
+            after_bad = 1;
+            continue;
+        }
+        const ncclResult_t want_rc = after_bad == 1 ? ncclInvalidUsage : ncclSuccess;
+        if (r != want_rc) fail("call %zu returned %d, want %d", c, (int)r, (int)want_rc);
+        after_bad += after_bad > 0;
+        ref_step(&R[b], 1000 + (uint64_t)b, step[b], 1000, want);
+        snprintf(what, sizeof what, "buffer of %ld elements, step %ld (call %zu)", n[b], step[b], c);
+        expect_equal(out, want, n[b], what);
+        check_identical(out, (size_t)n[b] * 4, what);
+        step[b]++;
+    }
+    CUDA_OK(cudaFree(buf[0]));
+    CUDA_OK(cudaFree(buf[1]));
+    NCCL_OK(ncclCommDestroy(comm));
+}
+
+/* The emulated device's CUDA adapter fails cudaStreamIsCapturing for the
+ * first query (DGC_EMU_CAPTURE_QUERY_FAILS=1, a fault the test injects): that
+ * call passes through (the exact sum) with a warning naming the error; the
+ * next one is compressed. */
+static void case_capture_query(void) {
+    ncclComm_t comm = make_comm(1);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    const long n = 30000;
+    const size_t bytes = (size_t)n * sizeof(float);
+    dgc_ref R = ref_new(n, 0.99);
+    float *g = malloc(bytes), *out = malloc(bytes), *want = malloc(bytes), *buf = dev_alloc(bytes);
+    if (!g || !out || !want) fail("no host memory");
+    fill(g, rank, 990, 0, n);
+    upload(buf, g, bytes);
+    NCCL_OK(ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, comm, s));
+    download(out, buf, bytes, s);
+    dense_reference(990, n, want, g);
+    expect_equal(out, want, n, "the call whose capture query failed (passed through)");
+    fill(g, rank, 991, 0, n);
+    upload(buf, g, bytes);
+    NCCL_OK(ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, comm, s));
+    download(out, buf, bytes, s);
+    ref_step(&R, 991, 0, 1, want);
+    expect_equal(out, want, n, "the next call (compressed)");
     CUDA_OK(cudaFree(buf));
     NCCL_OK(ncclCommDestroy(comm));
 }
@@ -1083,7 +1296,7 @@ static const test_case cases[] = {
     {"mismatch", case_mismatch, {SPARSE}, "DGC_SPARSITY=0.9"},
     {"bad_env", case_mismatch, {SPARSE}, "DGC_SPARSITY=1.5"},
     {"nonblocking", case_nonblocking, {SPARSE, "DGC_STATS=1"}, NULL},
-    {"over_budget", case_over_budget, {SPARSE}, "DGC_MAX_STATE_MB=1"},
+    {"over_budget", case_over_budget, {SPARSE, "DGC_STATS=1", "DGC_LOG_LEVEL=info"}, "DGC_MAX_STATE_MB=1"},
     {"ddp_buckets", case_buckets, {EXACT, "DGC_STATS=1", "DGC_LOG_LEVEL=debug"}, NULL},
     /* The dense transport (DGC_TRANSPORT=dense): the same pairs summed by
      * ncclReduceScatter + ncclAllGather, so the same references hold (two
@@ -1093,12 +1306,21 @@ static const test_case cases[] = {
     {"dense_in_group", case_group, {SPARSE, DENSE, "DGC_STATS=1"}, NULL},
     {"dense_fp16_bf16", case_half, {EXACT, DENSE, "DGC_STATS=1", "DGC_LOG_LEVEL=debug"}, NULL},
     {"dense_nonblocking", case_nonblocking, {SPARSE, DENSE, "DGC_STATS=1"}, NULL},
-    {"dense_over_budget", case_over_budget, {SPARSE, DENSE}, "DGC_MAX_STATE_MB=1"},
+    {"dense_over_budget", case_over_budget, {SPARSE, DENSE, "DGC_STATS=1", "DGC_LOG_LEVEL=info"}, "DGC_MAX_STATE_MB=1"},
     /* fp32 values in the compact payload (the others send the default
      * 16-bit ones, which the reference rounds). */
     {"two_ranks_sparse_fp32", case_sparse, {SPARSE, "DGC_VALUE_BITS=32", "DGC_STATS=1"}, NULL},
-    {"same_buffer_twice", case_clash, {SPARSE, "DGC_STATS=1"}, NULL},
-    {"dense_same_buffer_twice", case_clash, {SPARSE, DENSE, "DGC_STATS=1"}, NULL},
+    {"same_buffer_twice", case_twice, {SPARSE, "DGC_STATS=1"}, NULL},
+    {"dense_same_buffer_twice", case_twice, {SPARSE, DENSE, "DGC_STATS=1"}, NULL},
+    /* Ranks that group differently. */
+    {"first_grouped", case_first_grouped, {SPARSE, "DGC_STATS=1"}, NULL},
+    {"first_grouped_disabled", case_first_grouped, {SPARSE, "DGC_ENABLE=0", "DGC_STATS=1"}, NULL},
+    {"two_grouped", case_two_grouped, {SPARSE, "DGC_STATS=1"}, NULL},
+    {"dense_two_grouped", case_two_grouped, {SPARSE, DENSE, "DGC_STATS=1"}, NULL},
+    /* Failures by cause. */
+    {"moved_over_budget", case_moved_over_budget, {SPARSE, "DGC_STATS=1"}, "DGC_MAX_STATE_MB=1"},
+    {"count_mismatch", case_count_mismatch, {SPARSE, "DGC_STATS=1"}, NULL},
+    {"capture_query", case_capture_query, {SPARSE, "DGC_STATS=1", "DGC_EMU_CAPTURE_QUERY_FAILS=1"}, NULL},
     /* fp16 sums past 65504: clamped on either transport, and with fp32 or
      * 16-bit wire values. */
     {"fp16_clamp", case_half_clamp, {SPARSE, "DGC_TRANSPORT=sparse", "DGC_STATS=1"}, NULL},
