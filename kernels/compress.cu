@@ -46,6 +46,7 @@ __global__ void __launch_bounds__(kThreads) init_kernel(scratch *sc, float *v2, 
     c->hist[threadIdx.x] = 0;
     if (threadIdx.x != 0) return;
     sc->nonfinite = 0;
+    sc->saturated = 0;
     sc->sum_nonfinite = 0;
     sc->ncand = 0;
     sc->gt_fill = 0;
@@ -87,11 +88,13 @@ struct update_args {
 /* One element's update, the host's expressions (update_rules.h) in the
  * host's order: g*scale first, even when scale is 1 (x*1 == x). */
 template <bool MOM, bool NEST>
-__device__ __forceinline__ float update_one(float g, float u, float v, float scale, float m, float *un) {
+__device__ __forceinline__ float update_one(float g, float u, float v, float scale, float m, float *un,
+                                            uint32_t *bad, uint32_t *ovf) {
     const float gs = g * scale;
+    *bad |= dgc_rule_nonfinite(gs);
     float add = gs;
-    if (MOM) add = dgc_rule_momentum(u, gs, m, NEST, un);
-    return dgc_rule_accumulate(v, add);
+    if (MOM) add = dgc_rule_momentum(u, gs, m, NEST, un, ovf);
+    return dgc_rule_accumulate(v, add, ovf);
 }
 
 /* Stores the lane's hits (bit c: element first + c, value vn[c]) as
@@ -131,7 +134,7 @@ __global__ void __launch_bounds__(kThreads, 8) update_kernel(update_args a) {
     const unsigned int lane = lane_id();
     const uint64_t stride = (uint64_t)gridDim.x * kThreads;
     const uint64_t first = blockIdx.x * (uint64_t)kThreads + (threadIdx.x & ~31u);
-    unsigned int bad = 0;
+    uint32_t bad = 0, ovf = 0; /* a scaled gradient non-finite; a sum saturated (update_rules.h) */
     uint64_t head = 0; /* elements done by the vector loop */
     if (VEC) {
         const uint64_t n4 = a.n / 4;
@@ -146,17 +149,14 @@ __global__ void __launch_bounds__(kThreads, 8) update_kernel(update_args a) {
                 if (MOM) u4 = reinterpret_cast<const float4 *>(u)[i4];
                 reinterpret_cast<float4 *>(a.zero)[i4] = make_float4(0.0f, 0.0f, 0.0f, 0.0f); /* g is read */
                 float un[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                vn[0] = update_one<MOM, NEST>(g4.x, u4.x, v4.x, scale, m, &un[0]);
-                vn[1] = update_one<MOM, NEST>(g4.y, u4.y, v4.y, scale, m, &un[1]);
-                vn[2] = update_one<MOM, NEST>(g4.z, u4.z, v4.z, scale, m, &un[2]);
-                vn[3] = update_one<MOM, NEST>(g4.w, u4.w, v4.w, scale, m, &un[3]);
+                vn[0] = update_one<MOM, NEST>(g4.x, u4.x, v4.x, scale, m, &un[0], &bad, &ovf);
+                vn[1] = update_one<MOM, NEST>(g4.y, u4.y, v4.y, scale, m, &un[1], &bad, &ovf);
+                vn[2] = update_one<MOM, NEST>(g4.z, u4.z, v4.z, scale, m, &un[2], &bad, &ovf);
+                vn[3] = update_one<MOM, NEST>(g4.w, u4.w, v4.w, scale, m, &un[3], &bad, &ovf);
                 reinterpret_cast<float4 *>(vn_out)[i4] = make_float4(vn[0], vn[1], vn[2], vn[3]);
                 if (MOM) reinterpret_cast<float4 *>(un_out)[i4] = make_float4(un[0], un[1], un[2], un[3]);
 #pragma unroll
-                for (int c = 0; c < 4; c++) {
-                    bad |= dgc_rule_nonfinite(vn[c]);
-                    hits |= (unsigned)dgc_rule_selected(vn[c], thr) << c;
-                }
+                for (int c = 0; c < 4; c++) hits |= (unsigned)dgc_rule_selected(vn[c], thr) << c;
             }
             add_candidates<4>(a, hits, 4 * i4, vn);
         }
@@ -174,15 +174,15 @@ __global__ void __launch_bounds__(kThreads, 8) update_kernel(update_args a) {
             const float uv = MOM ? u[i] : 0.0f;
             a.zero[i] = 0.0f;
             float un = 0.0f;
-            vn = update_one<MOM, NEST>(gv, uv, vv, scale, m, &un);
+            vn = update_one<MOM, NEST>(gv, uv, vv, scale, m, &un, &bad, &ovf);
             vn_out[i] = vn;
             if (MOM) un_out[i] = un;
-            bad |= dgc_rule_nonfinite(vn);
             hits = (unsigned)dgc_rule_selected(vn, thr);
         }
         add_candidates<1>(a, hits, i, &vn);
     }
     if (__any_sync(kFullMask, bad) && lane == 0) atomicOr(&a.sc->nonfinite, 1u);
+    if (__any_sync(kFullMask, ovf) && lane == 0) atomicOr(&a.sc->saturated, 1u);
 }
 
 /* Which selection this call takes, from the candidate count (the host's

@@ -90,7 +90,8 @@ struct scratch {
     unsigned long long prev_step; /* the step the kept sum was summed at (the headers' age) */
     float scale;             /* clipping factor (1 when clipping is off) */
     unsigned int clip_done;  /* blocks finished in the sum of squares */
-    unsigned int nonfinite;  /* some updated v is Inf or NaN */
+    unsigned int nonfinite;  /* some scaled gradient is Inf or NaN */
+    unsigned int saturated;  /* some sum of finite values overflowed and was held at +-FLT_MAX (update_rules.h) */
     int dec_mode;            /* DEC_* of this call's decode */
     unsigned int sum_nonfinite; /* a 16-bit dense sum held Inf or NaN */
     unsigned long long ncand;     /* candidates seen (may exceed the room) */

@@ -72,11 +72,12 @@ __global__ void __launch_bounds__(kThreads)
         const uint64_t e = start + i;
         const float gs = elem<DT>::load(g, e) * scale; /* as the host: times scale even when it is 1 */
         float add = gs;
+        uint32_t ovf = 0; /* a sample's saturation is the update's to report */
         if (MOM) {
             float un;
-            add = dgc_rule_momentum(u[e], gs, m, NEST, &un);
+            add = dgc_rule_momentum(u[e], gs, m, NEST, &un, &ovf);
         }
-        out[dense ? t : e] = dgc_rule_sample_value(dgc_rule_accumulate(v[e], add));
+        out[dense ? t : e] = dgc_rule_sample_value(dgc_rule_accumulate(v[e], add, &ovf));
     }
 }
 

@@ -51,6 +51,7 @@ struct dgc_state {
                         * selection, what rounding the value for the wire lost, which commit keeps */
     uint64_t cand_cap;
     uint64_t nsel;
+    int saturated;  /* the last compression held some u or v at +-FLT_MAX (update_rules.h) */
     float *scratch; /* sample values, or |v| for the exact fallback */
     uint64_t scratch_cap;
 };
@@ -139,6 +140,8 @@ const float *dgc_state_residual(const dgc_state *s) { return s->v; }
 const float *dgc_state_momentum(const dgc_state *s) { return s->u; }
 uint64_t dgc_last_selected(const dgc_state *s) { return s->nsel; }
 
+int dgc_last_saturated(const dgc_state *s) { return s->saturated; }
+
 /* Makes *buf hold want elements (dgc_pages_fit, counted in elements). A
  * block over 4 times the need (warm-up is over, or the exact fallback ran
  * once) is given back. */
@@ -172,15 +175,16 @@ static int fit_candidates(dgc_state *s, uint64_t cap) {
 static void updated_run(const dgc_state *s, const float *g, uint64_t start, uint64_t len, float scale,
                         const dgc_step_params *p, float *out) {
     const float *v = s->v + start, *gs = g + start;
+    uint32_t ovf = 0; /* a sample's saturation is the stream's to report */
     if (s->u) {
         const float *u = s->u + start;
         for (uint64_t i = 0; i < len; i++) {
             float un;
-            float add = dgc_rule_momentum(u[i], gs[i] * scale, p->momentum, p->nesterov, &un);
-            out[i] = fabsf(dgc_rule_accumulate(v[i], add));
+            float add = dgc_rule_momentum(u[i], gs[i] * scale, p->momentum, p->nesterov, &un, &ovf);
+            out[i] = fabsf(dgc_rule_accumulate(v[i], add, &ovf));
         }
     } else {
-        for (uint64_t i = 0; i < len; i++) out[i] = fabsf(dgc_rule_accumulate(v[i], gs[i] * scale));
+        for (uint64_t i = 0; i < len; i++) out[i] = fabsf(dgc_rule_accumulate(v[i], gs[i] * scale, &ovf));
     }
     for (uint64_t i = 0; i < len; i++) out[i] = dgc_rule_sample_value(out[i]);
 }
@@ -269,21 +273,22 @@ static int sampled_threshold(dgc_state *s, const float *g, float scale, const dg
     return 0;
 }
 
-/* The update pass (engine_stream.c); returns 1 when some updated value is
- * non-finite. *overflow is set when candidates outgrew cand_cap (the caller
- * then selects exactly). */
+/* The update pass (engine_stream.c); returns 1 when some scaled gradient is
+ * non-finite, and records whether some u or v saturated. *overflow is set
+ * when candidates outgrew cand_cap (the caller then selects exactly). */
 static uint32_t stream_update(dgc_state *s, const float *g, float *zero, float scale, const dgc_step_params *p,
                               float thr, uint64_t *ncand, int *overflow) {
     dgc_stream_job job = {.n = s->n, .g = g, .u = s->u, .v = s->v, .u_next = s->u_next, .v_next = s->v_next,
                           .zero = zero, .scale = scale, .momentum = p->momentum, .nesterov = p->nesterov,
                           .thr = thr, .cand = s->cand, .cand_val = s->cand_val, .cand_cap = s->cand_cap};
     uint64_t c;
-    uint32_t bad = dgc_stream_update(&job, &c);
+    uint32_t r = dgc_stream_update(&job, &c);
+    s->saturated = (r & DGC_STREAM_SATURATED) != 0;
     /* Against the room k calls for, not the room held (which may be up to 4x
      * more after warm-up): the CUDA engine takes the same path. */
     *overflow = c > dgc_candidate_cap(s->n, p->k);
     *ncand = *overflow ? 0 : c;
-    return bad != 0;
+    return (r & DGC_STREAM_NONFINITE) != 0;
 }
 
 /* Exact top k of the updated |v|, for when the sampled threshold was far off. */
@@ -396,6 +401,7 @@ int dgc_compress(dgc_state *s, const float *g, const dgc_step_params *p, void *p
 int dgc_compress_zeroing(dgc_state *s, const float *g, const dgc_step_params *p, void *payload, float *out) {
     float *zero = out && ((uintptr_t)out % sizeof(float)) == 0 ? out : NULL;
     s->nsel = 0;
+    s->saturated = 0;
     if (fit_candidates(s, dgc_candidate_cap(s->n, p->k))) return -1;
 
     float scale = 1.0f;

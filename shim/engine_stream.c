@@ -41,6 +41,50 @@ typedef uint32_t vu __attribute__((vector_size(CHUNK * sizeof(float))));
 
 INLINE void load(vf *x, const float *p) { memcpy(x, p, sizeof *x); /* g may be unaligned */ }
 
+/* Sets bit 31 of acc in the lanes whose |x| is Inf or NaN
+ * (dgc_rule_nonfinite): an exponent of all ones, which one more exponent
+ * step carries into the sign bit. No compare, for the reason in
+ * magnitude_mask. */
+INLINE void or_nonfinite(vu *acc, const vf *x) {
+    vu b;
+    memcpy(&b, x, sizeof b);
+    *acc |= (b & 0x7f800000u) + 0x00800000u;
+}
+
+/* 1 when some lane of x has bit 31 set. */
+INLINE int any_sign(const vu *x) {
+#if defined(__AVX512F__)
+    __m512i r;
+    memcpy(&r, x, sizeof r);
+    return _mm512_test_epi32_mask(r, _mm512_set1_epi32((int)0x80000000u)) != 0;
+#elif defined(__AVX__)
+    __m256 h[2];
+    memcpy(h, x, sizeof h);
+    return (_mm256_movemask_ps(h[0]) | _mm256_movemask_ps(h[1])) != 0;
+#elif defined(__SSE2__)
+    __m128 q[4];
+    memcpy(q, x, sizeof q);
+    return (_mm_movemask_ps(q[0]) | _mm_movemask_ps(q[1]) | _mm_movemask_ps(q[2]) | _mm_movemask_ps(q[3])) != 0;
+#else
+    uint32_t any = 0;
+    for (int q = 0; q < CHUNK; q++) any |= (*x)[q];
+    return any >> 31;
+#endif
+}
+
+/* dgc_rule_saturate, lane by lane: +-Inf becomes +-FLT_MAX (t is 0 exactly
+ * there; NaN stays), and *ovf is set when some lane did. Only for the rare
+ * chunk where some sum was not finite. */
+INLINE void saturate(vf *x, uint32_t *ovf) {
+    vu b;
+    memcpy(&b, x, sizeof b);
+    const vu t = (b & 0x7fffffffu) ^ 0x7f800000u;
+    const vu inf = -(((t - 1u) & ~t) >> 31); /* all ones where t == 0 */
+    b = (b & ~inf) | (((b & 0x80000000u) | DGC_RULE_FLT_MAX_BITS) & inf);
+    memcpy(x, &b, sizeof b);
+    *ovf |= (uint32_t)any_sign(&inf);
+}
+
 /* Non-temporal store of a chunk to p, which is 64-byte aligned. */
 INLINE void put_nt(float *p, const vf *x) {
 #if defined(__AVX512F__)
@@ -232,30 +276,46 @@ INLINE uint32_t run(const dgc_stream_job *j, int with_u, int nesterov, uint64_t 
      * is. Partial-line streaming stores would cost a read at the memory. */
     const uint64_t lag = zero ? ((uintptr_t)zero & 63) / sizeof(float) : 0;
     const vf z = {0};
-    vu bad = {0}; /* bit 31 set in a lane that saw Inf or NaN */
+    vu bad = {0}; /* bit 31 set in a lane whose scaled gradient was Inf or NaN */
+    uint32_t ovf = 0;
     uint64_t c = 0;
     for (uint64_t ch = 0; ch < nchunks; ch++) {
         const uint64_t i = ch * CHUNK;
         vf gv, uv, vv;
         load(&gv, g + i);
         gv *= scale;
+        or_nonfinite(&bad, &gv);
+        load(&vv, v + i);
+        /* The rules; their saturation changes nothing unless some sum
+         * overflowed, so it is done only for a chunk where one did. */
         vf un = gv, add = gv;
+        vu inf = {0};
         if (with_u) {
             load(&uv, u + i);
-            un = DGC_RULE_MOMENTUM(uv, gv, m, nesterov);
-            add = DGC_RULE_ADDEND(un, gv, nesterov);
+            un = nesterov ? m * (uv + gv) : m * uv + gv;
+            add = nesterov ? un + gv : un;
+            or_nonfinite(&inf, &un);
+            or_nonfinite(&inf, &add);
         }
-        load(&vv, v + i);
-        vf vn = DGC_RULE_ACCUMULATE(vv, add);
+        vf vn = vv + add;
+        or_nonfinite(&inf, &vn);
+        if (__builtin_expect(any_sign(&inf), 0)) {
+            if (with_u && nesterov) {
+                vf sum = uv + gv;
+                saturate(&sum, &ovf);
+                un = m * sum;
+                add = un + gv;
+                saturate(&add, &ovf);
+            } else if (with_u) {
+                saturate(&un, &ovf);
+                add = un;
+            }
+            vn = vv + add;
+            saturate(&vn, &ovf);
+        }
         put_nt(v_next + i, &vn);
         if (with_u) put_nt(u_next + i, &un);
         if (zero && i >= lag) put_nt(zero + i - lag, &z);
-        /* Inf or NaN: an exponent of all ones, which one more exponent
-         * step carries into the sign bit. No compare, for the reason in
-         * magnitude_mask. */
-        vu bits;
-        memcpy(&bits, &vn, sizeof bits);
-        bad |= (bits & 0x7f800000u) + 0x00800000u;
         unsigned hits = hit_mask(&vn, thr);
         if (hits) c = add_chunk(j, c, i, &vn, hits);
     }
@@ -271,16 +331,17 @@ INLINE uint32_t run(const dgc_stream_job *j, int with_u, int nesterov, uint64_t 
     for (int q = 0; q < CHUNK; q++) any_bad |= bad[q] >> 31;
     for (uint64_t i = nchunks * CHUNK; i < j->n; i++) { /* the tail, one by one */
         float un = 0.0f, gs = g[i] * scale;
-        float add = with_u ? dgc_rule_momentum(u[i], gs, m, nesterov, &un) : gs;
-        float vn = dgc_rule_accumulate(v[i], add);
+        float add = with_u ? dgc_rule_momentum(u[i], gs, m, nesterov, &un, &ovf) : gs;
+        float vn = dgc_rule_accumulate(v[i], add, &ovf);
         v_next[i] = vn;
         if (with_u) u_next[i] = un;
         if (zero) zero[i] = 0.0f;
-        any_bad |= dgc_rule_nonfinite(vn);
+        any_bad |= dgc_rule_nonfinite(gs);
         c = add_candidate(j, c, i, vn);
     }
     *ncand = c;
-    return any_bad != 0;
+    if (any_bad) return DGC_STREAM_NONFINITE; /* the step is dropped: what the update holds does not matter */
+    return ovf ? DGC_STREAM_SATURATED : 0u;
 }
 
 uint32_t DGC_STREAM_NAME(const dgc_stream_job *job, uint64_t *ncand) {

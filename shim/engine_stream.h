@@ -27,9 +27,15 @@ typedef struct {
     uint64_t cand_cap;
 } dgc_stream_job;
 
-/* Runs the pass. Returns non-zero when some updated v is Inf or NaN. Sets
- * *ncand to the number of candidates, which exceeds cand_cap when they did
- * not all fit (the first cand_cap are stored). */
+/* What the pass returns: DGC_STREAM_NONFINITE when some scaled gradient is
+ * Inf or NaN (the step is dropped; the updated arrays then hold anything),
+ * else DGC_STREAM_SATURATED when some sum of finite values overflowed and
+ * the rules held it at +-FLT_MAX (update_rules.h). */
+enum { DGC_STREAM_NONFINITE = 1u, DGC_STREAM_SATURATED = 2u };
+
+/* Runs the pass, returning DGC_STREAM_* bits. Sets *ncand to the number of
+ * candidates, which exceeds cand_cap when they did not all fit (the first
+ * cand_cap are stored). */
 typedef uint32_t (*dgc_stream_fn)(const dgc_stream_job *job, uint64_t *ncand);
 
 uint32_t dgc_stream_update(const dgc_stream_job *job, uint64_t *ncand);

@@ -114,6 +114,11 @@ int dgc_compress_zeroing(dgc_state *s, const float *g, const dgc_step_params *p,
 /* The number of real (non-padding) pairs the last dgc_compress selected. */
 uint64_t dgc_last_selected(const dgc_state *s);
 
+/* 1 when the last dgc_compress held some momentum or residual element at
+ * +-FLT_MAX (finite gradients added up past fp32's range there: the excess
+ * is lost; update_rules.h). The front end counts and warns. */
+int dgc_last_saturated(const dgc_state *s);
+
 /* Makes the last dgc_compress's update the committed state and masks the sent
  * indices (v = 0, and u = 0 when masking). Call only when no rank's payload was
  * non-finite; otherwise call dgc_discard. */

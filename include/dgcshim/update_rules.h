@@ -13,27 +13,44 @@
 
 #include "dgcshim/hostdev.h"
 
-/* The rules as expressions, so that one text serves plain floats (the CUDA
- * kernels, the host's scalar tail) and GCC vector types (the host's SIMD
- * loop): u, g, v may be float or a float vector, m and nesterov scalars.
- *
- * Momentum correction: the new momentum, plain u = m*u + g or Nesterov
- * u = m*(u + g); then what the residual gains: u, or u + g for Nesterov.
- * m = 0 gives plain error feedback (the residual gains g). */
-#define DGC_RULE_MOMENTUM(u, g, m, nesterov) ((nesterov) ? (m) * ((u) + (g)) : (m) * (u) + (g))
-#define DGC_RULE_ADDEND(u_new, g, nesterov) ((nesterov) ? (u_new) + (g) : (u_new))
-#define DGC_RULE_ACCUMULATE(v, add) ((v) + (add))
+/* Saturation. The state holds what was not sent, and finite gradients can
+ * add up past fp32's range there (a gradient of 1e38 held back for a few
+ * steps). Every sum the rules form is held at +-FLT_MAX when it overflows:
+ * Inf in the state would make every later step non-finite, and dropped, for
+ * ever. The excess is lost; *ovf is set, and the callers count the steps
+ * where it was (dgc_last_saturated). Only Inf becomes FLT_MAX: NaN stays
+ * NaN. A non-finite gradient is caught before, by dgc_rule_nonfinite of the
+ * scaled gradient: that step is dropped, whatever its update holds. */
+#define DGC_RULE_FLT_MAX_BITS 0x7f7fffffu
 
-/* Momentum correction on one element: returns the residual's addend and
- * writes the new momentum to *u_out. */
-DGC_HOSTDEV float dgc_rule_momentum(float u, float g, float m, int nesterov, float *u_out) {
-    float un = DGC_RULE_MOMENTUM(u, g, m, nesterov);
-    *u_out = un;
-    return DGC_RULE_ADDEND(un, g, nesterov);
+DGC_HOSTDEV float dgc_rule_saturate(float x, uint32_t *ovf) {
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    if ((b & 0x7fffffffu) != 0x7f800000u) return x;
+    *ovf = 1;
+    b = (b & 0x80000000u) | DGC_RULE_FLT_MAX_BITS;
+    memcpy(&x, &b, sizeof x);
+    return x;
 }
 
-/* Residual accumulation: v = v + add. */
-DGC_HOSTDEV float dgc_rule_accumulate(float v, float add) { return DGC_RULE_ACCUMULATE(v, add); }
+/* Momentum correction on one element: the new momentum, plain u = m*u + g
+ * or Nesterov u = m*(u + g), written to *u_out; returns what the residual
+ * gains: u, or u + g for Nesterov. m = 0 gives plain error feedback (the
+ * residual gains g). Each sum saturated (|m| < 1: a product cannot pass
+ * its factor). */
+DGC_HOSTDEV float dgc_rule_momentum(float u, float g, float m, int nesterov, float *u_out, uint32_t *ovf) {
+    if (nesterov) {
+        const float un = m * dgc_rule_saturate(u + g, ovf);
+        *u_out = un;
+        return dgc_rule_saturate(un + g, ovf);
+    }
+    const float un = dgc_rule_saturate(m * u + g, ovf);
+    *u_out = un;
+    return un;
+}
+
+/* Residual accumulation: v = v + add, saturated. */
+DGC_HOSTDEV float dgc_rule_accumulate(float v, float add, uint32_t *ovf) { return dgc_rule_saturate(v + add, ovf); }
 
 /* The local-clipping factor: min(1, clip_norm / sqrt(nranks) / ||g||_2).
  * clip_norm <= 0 disables clipping. sumsq is sum(g^2) in double. */
