@@ -1,5 +1,6 @@
 #include "dgcshim/policy.h"
 
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <string.h>
@@ -36,12 +37,32 @@ int dgc_policy_plan(const dgc_config *cfg, uint64_t count, unsigned elem_bytes, 
         .sample_ratio = cfg->sample_ratio,
         .value_bits = (unsigned)cfg->value_bits,
     };
+    /* Values are clamped so that the ranks' sum stays finite, also with
+     * momentum compensation (S_t - m S_{t-1}); the NCCL front end sets it
+     * again for a 16-bit buffer's type. */
+    out->clamp_bits = dgc_policy_value_limit_bits(DGC_SUM_F32, nranks,
+                                                  cfg->compensate && cfg->momentum > 0 ? cfg->momentum : 0.0);
     return 0;
 }
 
+/* fp32: the largest L on an 11-bit grid whose sum over N ranks, rounded at
+ * every step (unit roundoff 2^-24), stays within FLT_MAX: N L (1 +
+ * 2^-24)^(N-1) <= N L / (1 - (N-1) 2^-24) <= FLT_MAX. On the grid of the
+ * 16-bit wire values (11 significant bits), so that their rounding never
+ * lifts a clamped value past it. Only values near 1e38 meet it: the finite
+ * gradients a saturated residual holds (update_rules.h). */
+static uint32_t f32_limit_bits(int nranks) {
+    const double N = nranks > 1 ? (double)nranks : 1.0;
+    const double x = (double)FLT_MAX * (1.0 - (N - 1.0) * 0x1p-24) / N;
+    float f = (float)x;
+    if ((double)f > x) f = nextafterf(f, 0.0f);
+    uint32_t b;
+    memcpy(&b, &f, sizeof b);
+    return b & 0xffffe000u; /* down to 11 significant bits */
+}
+
 uint32_t dgc_policy_value_limit_bits(unsigned type, int nranks, double compensated_m) {
-    if (type == DGC_SUM_F32) return 0;
-    const uint32_t limit = dgc_sum_limit_bits(type, nranks);
+    const uint32_t limit = type == DGC_SUM_F32 ? f32_limit_bits(nranks) : dgc_sum_limit_bits(type, nranks);
     if (!(compensated_m > 0.0)) return limit;
     float l, f;
     memcpy(&l, &limit, sizeof l);
@@ -51,7 +72,7 @@ uint32_t dgc_policy_value_limit_bits(unsigned type, int nranks, double compensat
     uint32_t b;
     memcpy(&b, &f, sizeof b);
     /* Down to the type's grid: x is normal in it (at least 16 / 2 for fp16). */
-    return b & (type == DGC_SUM_F16 ? 0xffffe000u : 0xffff0000u);
+    return b & (type == DGC_SUM_BF16 ? 0xffff0000u : 0xffffe000u); /* fp32's limit: 11 bits, as fp16's grid */
 }
 
 void dgc_transport_bytes_for(uint64_t n, unsigned elem_bytes, uint64_t k, unsigned value_bits, int nranks,

@@ -147,14 +147,41 @@ Test(sum_rules, fp16_limit_keeps_every_sum_finite) {
     }
 }
 
-/* A 16-bit buffer's clamp (dgc_policy_value_limit_bits): none for fp32;
- * the sum limit without compensation; with it (the output is S_t - m
+/* The fp32 clamp (dgc_policy_value_limit_bits): an L whose sum over N
+ * ranks, rounded at every step, stays within FLT_MAX (with compensation,
+ * within FLT_MAX / (1 + m)): N L (1 + u)^(N-1) bounds it, u = 2^-24. It has
+ * 11 significant bits (the 16-bit wire values' grid) and is within 2^-9 of
+ * the bound; the sum of N copies of it, rounded as fp32 adds it, is finite. */
+Test(sum_rules, fp32_limit_keeps_every_sum_finite) {
+    const double ms[] = {0.0, 0.9};
+    for (int N = 1; N <= 4096; N += N < 64 ? 1 : 61) {
+        for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++) {
+            const double m = ms[mi];
+            const float L = from_bits(dgc_policy_value_limit_bits(DGC_SUM_F32, N, m));
+            const double grow = (double)N / (1.0 - (N - 1) * 0x1p-24) * (1.0 + m); /* bound / L */
+            cr_assert(isfinite(L) && L > 0 && (double)L * grow <= (double)FLT_MAX, "N %d m %g: limit %a breaks the bound",
+                      N, m, (double)L);
+            /* On the 11-bit grid of the 16-bit wire values, the largest
+             * there but for the rounding down of the division by 1 + m. */
+            const uint32_t b = dgc_policy_value_limit_bits(DGC_SUM_F32, N, m);
+            cr_assert((b & 0x1fffu) == 0, "N %d m %g: limit %a has more than 11 significant bits", N, m, (double)L);
+            cr_assert((double)L * grow > (double)FLT_MAX * (1.0 - 0x1p-9), "N %d m %g: limit %a is far below the bound", N,
+                      m, (double)L);
+            float sum = 0.0f;
+            for (int r = 0; r < N; r++) sum += L;
+            cr_assert(isfinite(sum) && (double)sum * (1.0 + m) <= (double)FLT_MAX,
+                      "N %d m %g: %d copies of the limit sum to %a", N, m, N, (double)sum);
+        }
+    }
+}
+
+/* A 16-bit buffer's clamp (dgc_policy_value_limit_bits): the sum limit
+ * without compensation; with it (the output is S_t - m
  * S_{t-1}), the largest value on the type's grid within the sum limit
  * divided by 1 + m, and then the worst output, two sums of N such values of
  * opposite signs (each rounded at every step in fp16), one of them times
  * -m, in fp32 as the decode computes it, converts to fp16 finite. */
 Test(sum_rules, compensated_limit_keeps_the_output_finite) {
-    cr_assert_eq(dgc_policy_value_limit_bits(DGC_SUM_F32, 8, 0.9), 0u);
     cr_assert_eq(dgc_policy_value_limit_bits(DGC_SUM_BF16, 8, 0.0), DGC_SUM_BF16_MAX_BITS);
     const float bl = from_bits(dgc_policy_value_limit_bits(DGC_SUM_BF16, 8, 0.9));
     const double bb = (double)from_bits(DGC_SUM_BF16_MAX_BITS) / 1.9;
