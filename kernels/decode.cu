@@ -120,6 +120,7 @@ __global__ void finalize_kernel(const char *gathered, int nranks, uint64_t step,
     } else {
         sc->dec_mode = DEC_OK;
         sc->subtract = agreed_age(gathered, stride, nranks) != 0;
+        report_saturated(rep, sc);
     }
 }
 

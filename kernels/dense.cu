@@ -59,6 +59,7 @@ __global__ void decide_kernel(const char *headers, int nranks, uint64_t step, ui
     const int mode = decide_from_headers(headers, kHeaderStride, nranks, step, n, k, rep, state_count);
     sc->dec_mode = mode;
     sc->subtract = mode == DEC_OK && agreed_age(headers, kHeaderStride, nranks) != 0;
+    if (mode == DEC_OK) report_saturated(rep, sc);
 }
 
 __global__ void __launch_bounds__(kThreads) clear_kernel(float *v, uint64_t n, const scratch *sc) {

@@ -69,6 +69,14 @@ __device__ __forceinline__ void report_dropped(dgc_gpu_report *rep, int first_fa
     }
 }
 
+/* A step decoded with this rank's update saturated: counted, for the host
+ * (one thread; plain stores, as report_bad's). */
+__device__ __forceinline__ void report_saturated(dgc_gpu_report *rep, const scratch *sc) {
+    if (!rep || !sc->saturated) return;
+    volatile dgc_gpu_report *r = rep;
+    r->saturated = r->saturated + 1;
+}
+
 /* Whether some header does not fit this call. */
 __device__ __forceinline__ bool any_header_fault(const char *base, size_t stride, int nranks, uint64_t step,
                                                  uint64_t n, uint64_t k) {

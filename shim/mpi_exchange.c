@@ -124,6 +124,13 @@ static void fill_nan(float *out, uint64_t n) {
     for (uint64_t i = 0; i < n; i++) out[i] = __builtin_nanf("");
 }
 
+/* Makes the step's update the state, counting a saturated one
+ * (update_rules.h: finite gradients past fp32's range). */
+static void commit(dgc_buffer *b, const dgc_step_params *p) {
+    dgc_commit(b->state, p);
+    if (dgc_last_saturated(b->state)) dgc_registry_count_saturated(1, b->count);
+}
+
 /* Some rank is over its budget: its gradient and the others' selected pairs
  * are summed densely. The pairs sent are committed as usual (their mass
  * reaches the output); the compensation restarts, having no gathered pairs
@@ -132,7 +139,7 @@ static int dense_path(dgc_comm *c, dgc_buffer *b, int local, const float *g, flo
                       const dgc_step_params *p, MPI_Comm comm) {
     if (local == DGC_PART_STATE) {
         dgc_wire_add_own(b->payload, p->k, work); /* work was zeroed by the compression */
-        dgc_commit(b->state, p);
+        commit(b, p);
         b->prev_code.k = 0;
         b->prev_dense = 0;
     } else if (work != g) {
@@ -254,7 +261,7 @@ static int dense_transport_path(dgc_comm *c, dgc_buffer *b, float *work, const d
         return rc;
     }
     double t2 = now();
-    dgc_commit(b->state, p);
+    commit(b, p);
     compensate_dense(b, work, p, cfg, agreed);
     count_call(b, l, engine_seconds + (t1 - t0) + (now() - t2));
     return MPI_SUCCESS;
@@ -280,7 +287,7 @@ static int sparse_path(dgc_buffer *b, float *work, const dgc_step_params *p, con
      * caller hands back with the error). */
     dgc_decode_result r = dgc_compact_decode(received, p->nranks, p->step, &l->code, work, err, sizeof err);
     if (r == DGC_DECODE_OK) {
-        dgc_commit(b->state, p);
+        commit(b, p);
         compensate(b, work, p, l, cfg, agreed);
     } else {
         dgc_discard(b->state);

@@ -116,8 +116,9 @@ void dgc_stats_report(void) {
         at += (size_t)snprintf(failed + at, sizeof failed - at, "%s%s %llu", i ? ", " : "",
                                dgc_fail_cause_name((dgc_fail_cause)i), (unsigned long long)t.failed[i]);
     dgc_log_tagged("STATS", "pass-through calls %llu, compressed calls %llu, summed densely over budget %llu, "
-                   "failed %s", (unsigned long long)t.passthrough, (unsigned long long)acc.total.calls,
-                   (unsigned long long)t.over_budget, failed);
+                   "failed %s; steps with a saturated residual %llu", (unsigned long long)t.passthrough,
+                   (unsigned long long)acc.total.calls, (unsigned long long)t.over_budget, failed,
+                   (unsigned long long)t.saturated);
     dgc_log_tagged("STATS", "memory: %llu bytes in %llu live states (released %llu), peak %llu bytes",
                    (unsigned long long)t.bytes, (unsigned long long)t.live_states,
                    (unsigned long long)t.released_states, (unsigned long long)t.peak_bytes);

@@ -89,7 +89,11 @@ static const char *bad_reason(uint32_t bad, uint64_t value) {
 void dgc_nccl_count_news(dgc_nccl_comm *x) {
     const volatile dgc_gpu_report *r = x->report;
     if (!r) return;
-    uint64_t bad_steps = r->bad_steps, failed = r->failed;
+    uint64_t bad_steps = r->bad_steps, failed = r->failed, saturated = r->saturated;
+    if (saturated > x->saturated_seen) {
+        dgc_registry_count_saturated(saturated - x->saturated_seen, 0);
+        x->saturated_seen = saturated;
+    }
     atomic_thread_fence(memory_order_acquire);
     if (bad_steps > x->bad_counted) {
         dgc_registry_count_failed(DGC_FAIL_BAD_PAYLOAD, bad_steps - x->bad_counted);

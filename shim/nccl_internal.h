@@ -101,6 +101,7 @@ typedef struct {
     uint64_t peer_counted;    /* failed steps counted as a peer's (report->failed seen, less own_flagged) */
     uint64_t bad_counted;     /* report->bad_steps counted in the statistics */
     uint64_t bad_undone;      /* report->bad_steps whose step was given back */
+    uint64_t saturated_seen;  /* report->saturated counted in the statistics */
     uint64_t retired;         /* states retired because a new buffer overlapped them */
     int retire_warned;
 } dgc_nccl_comm;

@@ -3,10 +3,12 @@
 #include "registry.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "pages.h"
 
 typedef struct {
@@ -28,7 +30,7 @@ static uint64_t next_comm_id = 1;
 static dgc_registry_totals totals;
 static dgc_report_row *released_rows; /* live is 0 in every one of them */
 static size_t nreleased_rows, released_rows_cap;
-static _Atomic uint64_t passthrough, over_budget, failed[DGC_FAIL_CAUSES];
+static _Atomic uint64_t passthrough, over_budget, failed[DGC_FAIL_CAUSES], saturated;
 static int hooks[DGC_HOOK_COUNT] = {-1, -1};
 static void *_Atomic slots[DGC_SLOT_COUNT];
 static pthread_once_t onces[DGC_ONCE_COUNT] = {PTHREAD_ONCE_INIT};
@@ -501,12 +503,25 @@ void dgc_registry_totals_get(dgc_registry_totals *t) {
     t->passthrough = atomic_load_explicit(&passthrough, memory_order_relaxed);
     t->over_budget = atomic_load_explicit(&over_budget, memory_order_relaxed);
     for (int i = 0; i < DGC_FAIL_CAUSES; i++) t->failed[i] = atomic_load_explicit(&failed[i], memory_order_relaxed);
+    t->saturated = atomic_load_explicit(&saturated, memory_order_relaxed);
 }
 
 void dgc_registry_count_passthrough(void) { atomic_fetch_add_explicit(&passthrough, 1, memory_order_relaxed); }
 void dgc_registry_count_over_budget(void) { atomic_fetch_add_explicit(&over_budget, 1, memory_order_relaxed); }
 void dgc_registry_count_failed(dgc_fail_cause cause, uint64_t calls) {
     if (cause >= 0 && cause < DGC_FAIL_CAUSES) atomic_fetch_add_explicit(&failed[cause], calls, memory_order_relaxed);
+}
+
+void dgc_registry_count_saturated(uint64_t steps, uint64_t count) {
+    if (!steps) return;
+    atomic_fetch_add_explicit(&saturated, steps, memory_order_relaxed);
+    if (!dgc_registry_claim(DGC_FLAG_SATURATED_SAID)) return;
+    char what[64] = "a buffer's residual";
+    if (count) snprintf(what, sizeof what, "the residual of a %llu-element buffer", (unsigned long long)count);
+    DGC_WARN("%s outgrew fp32 (finite gradients held back past +-3.4e38): it is held at +-FLT_MAX and the excess "
+             "is lost; the values sent are clamped so that the ranks' sum stays finite (STATS counts these steps; "
+             "said once)",
+             what);
 }
 
 const char *dgc_fail_cause_name(dgc_fail_cause cause) {

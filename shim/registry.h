@@ -246,12 +246,16 @@ typedef struct {
     uint64_t passthrough;      /* pass-through calls, counted only when statistics are on */
     uint64_t over_budget;      /* calls summed densely because some rank was over its budget */
     uint64_t failed[DGC_FAIL_CAUSES]; /* calls that failed on every rank, by the cause this rank saw */
+    uint64_t saturated;        /* steps whose update held some residual or momentum at +-FLT_MAX */
 } dgc_registry_totals;
 
 void dgc_registry_totals_get(dgc_registry_totals *t);
 void dgc_registry_count_passthrough(void);
 void dgc_registry_count_over_budget(void);
 void dgc_registry_count_failed(dgc_fail_cause cause, uint64_t calls);
+/* Steps whose update saturated (update_rules.h); the first ones logged once
+ * per process (both front ends: a WARN naming the buffer's size). */
+void dgc_registry_count_saturated(uint64_t steps, uint64_t count);
 /* The cause's words in the report ("for memory", ...). */
 const char *dgc_fail_cause_name(dgc_fail_cause cause);
 
@@ -286,6 +290,7 @@ enum {
     DGC_FLAG_NCCL_CAPTURE_SAID,  /* pass-through under CUDA graph capture was logged */
     DGC_FLAG_NCCL_CAPTURE_QUERY_SAID, /* a failed cudaStreamIsCapturing was logged */
     DGC_FLAG_NCCL_MISSING_SAID,  /* no real NCCL could be found: logged */
+    DGC_FLAG_SATURATED_SAID,     /* a saturated residual was logged */
     DGC_FLAG_COUNT
 };
 int dgc_registry_claim(int which);

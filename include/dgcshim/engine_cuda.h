@@ -85,6 +85,7 @@ typedef struct {
      * step back, on every rank alike, even where ranks called with different
      * counts (each gives back its own). */
     uint64_t bad_calls[DGC_GPU_BAD_RING][2];
+    uint64_t saturated;   /* decoded steps whose update held some u or v at +-FLT_MAX (update_rules.h) */
 } dgc_gpu_report;
 
 /* A zeroed report in mapped pinned memory, or NULL (no device, no memory). */
