@@ -14,6 +14,7 @@
  *
  * Every mode also checks that all ranks hold identical output bytes. Exits 0
  * and prints "PASS mode" on rank 0, or prints the first failure and exits 1. */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,6 +32,7 @@ typedef struct {
     int ties;     /* gradients of ties: all 1.0 but the last element, 2 + rank */
     const char *dump;
     int value_bits; /* DGC_VALUE_BITS as the shim reads it: 16 (the default) or 32 */
+    double value;   /* mode overflow: every gradient element */
 } options;
 
 /* ---- the reference, from DESIGN.md ---- */
@@ -297,6 +299,35 @@ static void mode_drain(const options *o) {
     if (rank == 0) printf("PASS drain n=%ld steps=%ld+%ld\n", n, o->steps, zero_steps);
 }
 
+/* ---- a residual that outgrows fp32 ----
+ * Every rank's gradient is --value at every element for --steps steps (a
+ * dense sum, nranks x value, that fp32 holds), then ordinary gradients in
+ * [-1, 1) for as many: what is held back adds up past FLT_MAX in the
+ * residual. Every output must be finite, the same on every rank, and carry
+ * something; the outputs of the ordinary steps too (the residual was held at
+ * +-FLT_MAX, not left at Inf, which would drop every later step). */
+static void mode_overflow(const options *o) {
+    long n = o->n;
+    if (!((double)nranks * o->value <= (double)FLT_MAX)) fail("premise: %d x %g is past fp32", nranks, o->value);
+    float *g = malloc((size_t)n * sizeof *g), *out = malloc((size_t)n * sizeof *out);
+    if (!g || !out) fail("no memory");
+    for (long s = 0; s < 2 * o->steps; s++) {
+        const int big = s < o->steps;
+        if (big) for (long i = 0; i < n; i++) g[i] = (float)o->value;
+        else fill_grad(g, rank, s, n);
+        MPI_Allreduce(g, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        check_identical(out, n, MPI_COMM_WORLD, "overflow");
+        long nz = 0;
+        for (long i = 0; i < n; i++) {
+            if (!isfinite(out[i])) fail("step %ld (%s gradients): element %ld is %g", s, big ? "huge" : "ordinary", i,
+                                        (double)out[i]);
+            nz += out[i] != 0;
+        }
+        if (nz == 0) fail("step %ld: no output", s);
+    }
+    if (rank == 0) printf("PASS overflow n=%ld value=%g steps=%ld+%ld\n", n, o->value, o->steps, o->steps);
+}
+
 /* ---- momentum compensation under a real optimizer ----
  * A linear objective <c, w>: every rank's gradient is c plus noise of its
  * own, independent of w, so both ways of running the job see the same
@@ -393,6 +424,7 @@ static void parse(int argc, char **argv, options *o) {
         else if (!strcmp(k, "--compensate")) o->compensate = atoi(v);
         else if (!strcmp(k, "--dump")) o->dump = v;
         else if (!strcmp(k, "--ties")) o->ties = atoi(v);
+        else if (!strcmp(k, "--value")) o->value = atof(v);
         else fail("unknown option %s", k);
     }
 }
@@ -405,6 +437,7 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "reference")) mode_reference(&o);
     else if (!strcmp(mode, "passthrough")) mode_passthrough(&o);
     else if (!strcmp(mode, "drain")) mode_drain(&o);
+    else if (!strcmp(mode, "overflow")) mode_overflow(&o);
     else if (!strcmp(mode, "stats")) mode_stats();
     else if (!strcmp(mode, "optimizer")) mode_optimizer(&o);
     else if (!strcmp(mode, "compare")) mode_compare(argc, argv);

@@ -29,6 +29,21 @@ mpi_case(drain_fp16 -e DGC_SPARSITY=0.99 -e DGC_VALUE_BITS=16 -- drain --n 20000
 mpi_case(reference_fp32 ${EXACT} -e DGC_VALUE_BITS=32 -e DGC_MOMENTUM=0.9 -e DGC_WARMUP_STEPS=6
          -- reference --sparsity 0.99 --momentum 0.9 --warmup 6 --compensate 1)
 mpi_case(drain_fp32 -e DGC_SPARSITY=0.99 -e DGC_VALUE_BITS=32 -- drain --n 20000 --steps 200 --sparsity 0.99)
+# A residual that outgrows fp32 from finite gradients (1e38 on every element
+# for 10 steps, or 1e36 for 400, on 2 ranks at 99.9%): held at +-FLT_MAX,
+# the values sent clamped so that the sum stays finite; every output finite,
+# then ordinary steps work on (before, Inf and then NaN for ever). Both value
+# widths, both transports.
+set(overflow_greps --grep "dgcshim WARN the residual of a 20000-element buffer outgrew fp32"
+    --grep "STATS .*. steps with a saturated residual [1-9]")
+mpi_case(overflow_1e38_fp16 -n 2 -e DGC_SPARSITY=0.999 -e DGC_VALUE_BITS=16 -e DGC_STATS=1 ${overflow_greps}
+         -- overflow --n 20000 --steps 10 --value 1e38)
+mpi_case(overflow_1e38_fp32_dense -n 2 -e DGC_SPARSITY=0.999 -e DGC_VALUE_BITS=32 -e DGC_TRANSPORT=dense
+         -e DGC_STATS=1 ${overflow_greps} -- overflow --n 20000 --steps 10 --value 1e38)
+mpi_case(overflow_1e36_fp32 -n 2 -e DGC_SPARSITY=0.999 -e DGC_VALUE_BITS=32 -e DGC_STATS=1 ${overflow_greps}
+         -- overflow --n 20000 --steps 400 --value 1e36)
+mpi_case(overflow_1e36_fp16_dense_momentum -n 2 -e DGC_SPARSITY=0.999 -e DGC_VALUE_BITS=16 -e DGC_TRANSPORT=dense
+         -e DGC_MOMENTUM=0.9 -e DGC_STATS=1 ${overflow_greps} -- overflow --n 20000 --steps 400 --value 1e36)
 mpi_case(reference_momentum_compensated ${EXACT} -e DGC_MOMENTUM=0.9 -e DGC_WARMUP_STEPS=6
          -- reference --sparsity 0.99 --momentum 0.9 --warmup 6 --compensate 1)
 mpi_case(reference_nesterov ${EXACT} -e DGC_MOMENTUM=0.9 -e DGC_NESTEROV=1 -e DGC_COMPENSATE=0

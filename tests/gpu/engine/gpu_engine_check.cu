@@ -3,7 +3,7 @@
  *   gpu_engine_check CASE [--small]
  *     CASE: against_host half_inputs determinism bad_payloads nonfinite
  *           overflow ties large dense_transport compact compact_fuzz
- *           sum_rules clamp, or all
+ *           sum_rules clamp saturation, or all
  *     --small: small buffers only (for compute-sanitizer's memcheck and
  *              racecheck, which run each kernel many times slower)
  *
@@ -234,7 +234,8 @@ struct config {
     int steps;
     dgc_gpu_dtype dtype;
     int gen;             /* 0: independent log-uniform; 1: fp16-distinct; 2: shared large values; 3: ties;
-                          * 4: k non-zeros, index 0 tiny; 5: shared values near fp16's top */
+                          * 4: k non-zeros, index 0 tiny; 5: shared values near fp16's top;
+                          * 6: huge and steady (1e38 to 2e38, a sign per element) */
     bool misalign;       /* g and out one element past an aligned address: the element-wise pass */
     uint64_t seed;
     int transport;       /* TRANSPORT_*: how the pairs travel, step by step */
@@ -407,6 +408,16 @@ void make_grad(const config &c, uint64_t step, int r, hbuf *g, std::vector<float
             const float sign = (place.next() & 1) != (flip && step % 2) ? -1.0f : 1.0f;
             (*g32)[i] = large ? sign * (float)(16384 + R.next() % 49121)
                               : sign * (float)((R.next() >> 40) & 0xffff) * 1e-4f;
+        }
+    } else if (c.gen == 6) {
+        /* Huge and steady: each element 1e38 to 2e38 with a sign fixed for
+         * the case, every step: what is held back passes fp32's range
+         * within a step or two, and the rules hold it at +-FLT_MAX
+         * (update_rules.h); the values sent are clamped to the ranks' limit. */
+        rng place(c.seed * 77 + (uint64_t)r);
+        for (uint64_t i = 0; i < c.n; i++) {
+            const float sign = place.next() & 1 ? -1.0f : 1.0f;
+            (*g32)[i] = sign * 1e38f * (1.0f + (float)((place.next() >> 40) & 0xffffff) / 16777216.0f);
         }
     } else if (c.gen == 3) {
         /* Ties: a tenth of the elements at 1.0, one in 2000 at 2.0 (fewer
@@ -1426,6 +1437,43 @@ void case_overflow() {
            verdict(), configs, steps, (unsigned long long)dgc_candidate_cap(100000, 100));
 }
 
+/* A residual that outgrows fp32 from finite gradients (gen 6): the rules
+ * saturate u and v at +-FLT_MAX on the device as on the host, the values
+ * sent are clamped to the ranks' limit (dgc_policy_value_limit_bits), and
+ * the device counts the saturated steps in the report; states, pairs and
+ * outputs bit for bit, every output finite. */
+void case_saturation() {
+    int steps = 0, configs = 0;
+    for (int transport : {TRANSPORT_SPARSE, TRANSPORT_DENSE})
+        for (unsigned vbits : {0u, 16u, 32u})
+            for (int vi : {0, 1, 2}) {
+                if (transport == TRANSPORT_DENSE && vbits == 16) continue; /* the dense transport sends no values */
+                if (small_mode && vi == 2) continue;
+                config c = base_config(20011, 0.001, 0.01, kVariants[vi], 2, 1100 + configs);
+                c.gen = 6;
+                c.warmup = 0;
+                c.transport = transport;
+                c.vbits = vbits;
+                c.steps = 5;
+                sim S(c);
+                if (!S.ok) return;
+                int done = 0, host_saturated = 0;
+                for (; done < c.steps; done++) {
+                    if (run_step(S, (uint64_t)done) != STEP_OK) break;
+                    host_saturated += dgc_last_saturated(S.hs[0]);
+                }
+                steps += done;
+                configs++;
+                if (done < c.steps) continue; /* run_step said why */
+                const unsigned long long dev = S.rep[0]->saturated;
+                if (!host_saturated || dev != (unsigned long long)host_saturated)
+                    fail("%s: the host saturated %d steps, the device reports %llu", describe(c).c_str(),
+                         host_saturated, dev);
+            }
+    printf("%s gpu.engine.saturation: %d configurations, %d steps of gradients near 1e38 (residuals held at FLT_MAX)\n",
+           verdict(), configs, steps);
+}
+
 /* Ties among candidates: a tenth of the elements at 1.0, k = 2% of them,
  * so the ten thousand ties fit the candidate room (8k) and only some go:
  * the update pass stores candidates in no order, and the GPU must still
@@ -1556,7 +1604,7 @@ const named_case kCases[] = {
     {"bad_payloads", case_bad_payloads}, {"nonfinite", case_nonfinite},     {"overflow", case_overflow},
     {"ties", case_ties},                     {"large", case_large},                   {"dense_transport", case_dense_transport},
     {"compact", case_compact},              {"compact_fuzz", case_compact_fuzz},
-    {"sum_rules", case_sum_rules},          {"clamp", case_clamp},
+    {"sum_rules", case_sum_rules},          {"clamp", case_clamp},        {"saturation", case_saturation},
 };
 
 } // namespace
