@@ -3,6 +3,7 @@
 #include "registry.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -36,6 +37,12 @@ static void *_Atomic slots[DGC_SLOT_COUNT];
 static pthread_once_t onces[DGC_ONCE_COUNT] = {PTHREAD_ONCE_INIT};
 static atomic_int flags[DGC_FLAG_COUNT];
 static _Atomic uint64_t tallies[DGC_TALLY_COUNT];
+typedef struct {
+    void *p, *token;
+    size_t bytes;
+} parked_block;
+static parked_block *parked;
+static size_t nparked, parked_cap;
 _Static_assert(DGC_ONCE_COUNT == 1, "one PTHREAD_ONCE_INIT per once");
 
 static int grow(void **arr, size_t *cap, size_t want, size_t elem) {
@@ -130,6 +137,10 @@ dgc_comm *dgc_registry_comm_by_handle(const void *handle) {
     return c;
 }
 
+/* The communicator is ending: a call in flight on another thread must not
+ * reach it again, so it is marked closing first, and its queries already
+ * under way (dgc_registry_comm_enter) are waited out: they take
+ * microseconds. */
 uint64_t dgc_registry_comm_unbind(const void *handle) {
     if (!handle) return 0;
     pthread_mutex_lock(&lock);
@@ -137,10 +148,30 @@ uint64_t dgc_registry_comm_unbind(const void *handle) {
     uint64_t id = 0;
     if (c) {
         c->handle = NULL;
+        c->closing = 1;
         id = c->id;
+        while (c->inside > 0) {
+            pthread_mutex_unlock(&lock);
+            sched_yield();
+            pthread_mutex_lock(&lock);
+        }
     }
     pthread_mutex_unlock(&lock);
     return id;
+}
+
+int dgc_registry_comm_enter(dgc_comm *c) {
+    pthread_mutex_lock(&lock);
+    int ok = !c->closing;
+    c->inside += ok;
+    pthread_mutex_unlock(&lock);
+    return ok;
+}
+
+void dgc_registry_comm_leave(dgc_comm *c) {
+    pthread_mutex_lock(&lock);
+    c->inside--;
+    pthread_mutex_unlock(&lock);
 }
 
 static dgc_report_row *released_row_of(const void *send, const void *buf, uint64_t count) {
@@ -169,13 +200,33 @@ static void keep_released_stats(const dgc_buffer *b) {
     }
 }
 
-/* Under the lock: frees an entry, keeping its statistics (keep_released_stats). */
-static void release_buffer(dgc_buffer *b) {
-    if (b->gpu_release) b->gpu_release(b); /* first: it brings the statistics up to date */
-    keep_released_stats(b);
-    totals.released_states++;
+/* Entries leave in two halves, so that no device memory is freed (a wait
+ * for the GPU, on the NCCL path) under the lock, which every thread's calls
+ * take (a thread whose NCCL kernel waits for a peer thread blocked on the
+ * lock would never finish):
+ *   detach (under the lock)   out of the table, out of the live counts;
+ *   release (outside it)      the GPU state freed (gpu_release, which also
+ *                             brings the statistics up to date), then, under
+ *                             the lock again, the statistics kept for the
+ *                             report, then the host memory freed. */
+typedef struct {
+    dgc_buffer **at;
+    size_t len, cap;
+} detached;
+
+static void release_buffer(dgc_buffer *b);
+
+/* Under the lock. */
+static void detach_buffer(dgc_buffer *b, detached *d) {
     totals.live_states--;
     add_bytes(0, b->bytes);
+    if (grow((void **)&d->at, &d->cap, d->len + 1, sizeof *d->at) == 0)
+        d->at[d->len++] = b;
+    else /* no memory to list it: released under the lock after all */
+        release_buffer(b);
+}
+
+static void free_host_parts(dgc_buffer *b) {
     dgc_state_destroy(b->state);
     dgc_pages_free(b->payload, b->payload_cap);
     dgc_pages_free(b->gathered, b->gathered_cap);
@@ -184,21 +235,47 @@ static void release_buffer(dgc_buffer *b) {
     free(b);
 }
 
-/* Under the lock: frees the entries of comm id for which drop says so. */
-static uint64_t release_where(uint64_t id, int (*drop)(const dgc_buffer *b, const void *ctx), const void *ctx) {
+/* Outside the lock. */
+static void release_detached(detached *d) {
+    for (size_t i = 0; i < d->len; i++)
+        if (d->at[i]->gpu_release) d->at[i]->gpu_release(d->at[i]);
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < d->len; i++) {
+        keep_released_stats(d->at[i]);
+        totals.released_states++;
+    }
+    pthread_mutex_unlock(&lock);
+    for (size_t i = 0; i < d->len; i++) free_host_parts(d->at[i]);
+    free(d->at);
+    *d = (detached){0};
+}
+
+/* Under the lock: frees an entry at once, keeping its statistics (when no
+ * list could hold it). */
+static void release_buffer(dgc_buffer *b) {
+    if (b->gpu_release) b->gpu_release(b);
+    keep_released_stats(b);
+    totals.released_states++;
+    free_host_parts(b);
+}
+
+/* Under the lock: takes the entries of comm id for which drop says so out
+ * of the table, into d. */
+static uint64_t detach_where(uint64_t id, int (*drop)(const dgc_buffer *b, const void *ctx), const void *ctx,
+                             detached *d) {
     size_t w = 0;
-    uint64_t freed = 0;
+    uint64_t taken = 0;
     for (size_t i = 0; i < nbuffers; i++) {
         dgc_buffer *b = buffers[i];
         if (b->comm == id && drop(b, ctx)) {
-            release_buffer(b);
-            freed++;
+            detach_buffer(b, d);
+            taken++;
         } else {
             buffers[w++] = b;
         }
     }
     nbuffers = w;
-    return freed;
+    return taken;
 }
 
 static int always(const dgc_buffer *b, const void *ctx) {
@@ -208,24 +285,75 @@ static int always(const dgc_buffer *b, const void *ctx) {
 
 static void free_comm(dgc_comm *c) {
     if (c->ext_free) c->ext_free(c->ext);
-    add_bytes(0, reserve_bytes_of(c));
     dgc_pages_free(c->reserve, c->head * ((size_t)c->nranks + 1));
     free(c->counters);
     free(c);
 }
 
+/* Under the lock: the record out of the table, its entries into d. */
+static void detach_comm(dgc_comm *c, detached *d) {
+    detach_where(c->id, always, NULL, d);
+    size_t w = 0;
+    for (size_t i = 0; i < ncomms; i++)
+        if (comms[i] != c) comms[w++] = comms[i];
+    ncomms = w;
+    add_bytes(0, reserve_bytes_of(c));
+}
+
+/* Outside the lock: what detach_comm took, freed. */
+static void free_detached_comm(dgc_comm *c, detached *d) {
+    release_detached(d);
+    free_comm(c);
+}
+
 void dgc_registry_comm_close(uint64_t id) {
+    detached d = {0};
     pthread_mutex_lock(&lock);
     dgc_comm *c = find_comm(id);
-    if (c) {
-        release_where(id, always, NULL);
-        size_t w = 0;
-        for (size_t i = 0; i < ncomms; i++)
-            if (comms[i] != c) comms[w++] = comms[i];
-        ncomms = w;
-        free_comm(c);
+    if (c && c->holds > 0) { /* a call uses it: the last to drop it frees it */
+        c->closing = 1;
+        c->handle = NULL;
+        c = NULL;
+    } else if (c) {
+        detach_comm(c, &d);
     }
     pthread_mutex_unlock(&lock);
+    if (c) free_detached_comm(c, &d);
+}
+
+dgc_comm *dgc_registry_comm_hold(const void *handle) {
+    if (!handle) return NULL;
+    pthread_mutex_lock(&lock);
+    dgc_comm *c = find_handle(handle);
+    if (c) c->holds++;
+    pthread_mutex_unlock(&lock);
+    return c;
+}
+
+void dgc_registry_comm_hold_again(dgc_comm *c) {
+    pthread_mutex_lock(&lock);
+    c->holds++;
+    pthread_mutex_unlock(&lock);
+}
+
+void dgc_registry_comm_drop(dgc_comm *c) {
+    if (!c) return;
+    detached d = {0};
+    int last = 0;
+    pthread_mutex_lock(&lock);
+    if (--c->holds == 0 && c->closing) {
+        detach_comm(c, &d);
+        last = 1;
+    }
+    pthread_mutex_unlock(&lock);
+    if (last) free_detached_comm(c, &d);
+}
+
+int dgc_registry_comm_closing(dgc_comm *c) {
+    pthread_mutex_lock(&lock);
+    int closing = c->closing;
+    pthread_mutex_unlock(&lock);
+    return closing;
 }
 
 /* ---- steps (the communicator's own: no lock needed) ---- */
@@ -284,10 +412,12 @@ static int unpinned(const dgc_buffer *b, const void *ctx) {
 
 uint64_t dgc_registry_release_where(dgc_comm *c, int (*drop)(const dgc_buffer *b, const void *ctx), const void *ctx) {
     unpinned_pred pred = {drop, ctx};
+    detached d = {0};
     pthread_mutex_lock(&lock);
-    uint64_t freed = release_where(c->id, unpinned, &pred);
+    uint64_t freed = detach_where(c->id, unpinned, &pred, &d);
     c->live -= freed;
     pthread_mutex_unlock(&lock);
+    release_detached(&d);
     return freed;
 }
 
@@ -310,10 +440,12 @@ int dgc_registry_growth_first(dgc_comm *c) {
 uint64_t dgc_registry_free_idle(dgc_comm *c, uint64_t idle_calls) {
     if (idle_calls == 0 || c->calls <= idle_calls) return 0;
     uint64_t limit[2] = {c->calls, idle_calls};
+    detached d = {0};
     pthread_mutex_lock(&lock);
-    uint64_t freed = release_where(c->id, idle, limit);
+    uint64_t freed = detach_where(c->id, idle, limit, &d);
     c->live -= freed;
     pthread_mutex_unlock(&lock);
+    release_detached(&d);
     return freed;
 }
 
@@ -562,19 +694,61 @@ int dgc_registry_flag(int which) { return atomic_load_explicit(&flags[which], me
 void dgc_registry_tally_add(int which) { atomic_fetch_add_explicit(&tallies[which], 1, memory_order_relaxed); }
 uint64_t dgc_registry_tally(int which) { return atomic_load_explicit(&tallies[which], memory_order_relaxed); }
 
-/* Under the lock: frees the records for which all or owner says so. */
+/* ---- parked memory ---- */
+
+int dgc_registry_park(void *p, size_t bytes, void *token) {
+    pthread_mutex_lock(&lock);
+    int ok = grow((void **)&parked, &parked_cap, nparked + 1, sizeof *parked) == 0;
+    if (ok) parked[nparked++] = (parked_block){p, token, bytes};
+    pthread_mutex_unlock(&lock);
+    return ok ? 0 : -1;
+}
+
+void *dgc_registry_unpark(size_t bytes, int (*ready)(void *token), void (*drop_token)(void *token)) {
+    void *found = NULL, *token = NULL;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < nparked && !found; i++) {
+        if (parked[i].bytes != bytes || !ready(parked[i].token)) continue;
+        found = parked[i].p;
+        token = parked[i].token;
+        parked[i] = parked[--nparked];
+    }
+    pthread_mutex_unlock(&lock);
+    if (found && drop_token) drop_token(token);
+    return found;
+}
+
+/* Takes the records for which all or owner says so out of the tables, then
+ * frees them outside the lock. A record a call still holds is only marked
+ * closing: the call's drop frees it. */
 static void clear_where(int all, int owner) {
-    size_t w = 0;
-    for (size_t i = 0; i < ncomms; i++) {
+    dgc_comm **gone = NULL;
+    detached *parts = NULL;
+    size_t ngone = 0;
+    pthread_mutex_lock(&lock);
+    if (ncomms) {
+        gone = calloc(ncomms, sizeof *gone);
+        parts = calloc(ncomms, sizeof *parts);
+    }
+    for (size_t i = 0; i < ncomms;) {
         dgc_comm *c = comms[i];
-        if (all || c->owner == owner) {
-            release_where(c->id, always, NULL);
+        if (!(all || c->owner == owner)) {
+            i++;
+        } else if (c->holds > 0) {
+            c->closing = 1;
+            c->handle = NULL;
+            i++;
+        } else if (gone && parts) {
+            detach_comm(c, &parts[ngone]); /* takes comms[i] out: i stays */
+            gone[ngone++] = c;
+        } else { /* no memory for the lists: freed here, under the lock */
+            detached d = {0};
+            detach_comm(c, &d);
+            for (size_t j = 0; j < d.len; j++) release_buffer(d.at[j]);
+            free(d.at);
             free_comm(c);
-        } else {
-            comms[w++] = c;
         }
     }
-    ncomms = w;
     if (ncomms == 0 && nbuffers == 0) {
         free(buffers);
         free(comms);
@@ -582,16 +756,12 @@ static void clear_where(int all, int owner) {
         comms = NULL;
         buffers_cap = comms_cap = 0;
     }
+    pthread_mutex_unlock(&lock);
+    for (size_t i = 0; i < ngone; i++) free_detached_comm(gone[i], &parts[i]);
+    free(gone);
+    free(parts);
 }
 
-void dgc_registry_clear_owner(int owner) {
-    pthread_mutex_lock(&lock);
-    clear_where(0, owner);
-    pthread_mutex_unlock(&lock);
-}
+void dgc_registry_clear_owner(int owner) { clear_where(0, owner); }
 
-void dgc_registry_clear(void) {
-    pthread_mutex_lock(&lock);
-    clear_where(1, 0);
-    pthread_mutex_unlock(&lock);
-}
+void dgc_registry_clear(void) { clear_where(1, 0); }

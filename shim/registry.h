@@ -15,7 +15,14 @@
  * entry handed out stays valid until its communicator is closed, the entry
  * is freed as idle by a call on the same communicator, or the registry is
  * cleared. MPI and NCCL forbid concurrent collectives on one communicator,
- * so a thread never sees its entries freed under it. */
+ * but not an abort from another thread (PyTorch's watchdog): a call that
+ * holds its record (dgc_registry_comm_hold) keeps it and its entries alive
+ * through a close, which then only marks it closing, and the call's last
+ * drop frees it.
+ *
+ * No device memory is freed with the mutex held: the GPU path's release
+ * waits for the GPU, and a kernel may wait for a peer thread that waits for
+ * the mutex. Entries leave the tables under the lock and are freed after. */
 #ifndef DGCSHIM_REGISTRY_H
 #define DGCSHIM_REGISTRY_H
 
@@ -52,6 +59,9 @@ typedef struct {
     int growth_warned, budget_warned, fusion_warned;
     int table_full_warned;
     dgc_comm_counters *counters;
+    int holds;           /* calls in flight that hold it (under the registry's lock) */
+    int closing;         /* its communicator is ending (unbound): freed by the last drop when held */
+    int inside;          /* short queries of the communicator under way (dgc_registry_comm_enter) */
 } dgc_comm;
 
 typedef struct dgc_buffer {
@@ -86,6 +96,7 @@ typedef struct dgc_buffer {
     void *gpu;
     size_t gpu_bytes;
     void (*gpu_release)(struct dgc_buffer *b);
+    void *gpu_owner;  /* the front end's per-communicator data, for gpu_release (set after adopt) */
     int pinned;       /* a call in flight uses it: never freed as idle or retired (dgc_registry_release_where) */
 } dgc_buffer;
 
@@ -109,14 +120,35 @@ dgc_comm *dgc_registry_comm_find(uint64_t id);
 /* NCCL communicators are known by their handle: binds the record id to
  * handle (0, or -1 when there is no such record), finds the record bound to
  * handle (NULL when none), and unbinds it, returning its id (0 when none),
- * so that the handle, freed by NCCL right after, can be reused at once. */
+ * so that the handle, freed by NCCL right after, can be reused at once.
+ * Unbinding marks the record closing and returns once no query entered
+ * with dgc_registry_comm_enter is under way. */
 int dgc_registry_comm_bind(const void *handle, uint64_t id);
 dgc_comm *dgc_registry_comm_by_handle(const void *handle);
 uint64_t dgc_registry_comm_unbind(const void *handle);
 
 /* Frees the record and every buffer state on it; their statistics are kept
- * for the report. Unknown ids are ignored. */
+ * for the report. Unknown ids are ignored. A held record is unbound from its
+ * handle and marked closing instead; the last drop frees it. */
 void dgc_registry_comm_close(uint64_t id);
+
+/* The record bound to handle, held (NULL when none): it stays valid, closed
+ * or not, until dgc_registry_comm_drop. hold_again adds a hold on a record
+ * the caller holds already (a call held back in a group keeps its own). */
+dgc_comm *dgc_registry_comm_hold(const void *handle);
+void dgc_registry_comm_hold_again(dgc_comm *c);
+void dgc_registry_comm_drop(dgc_comm *c);
+
+/* 1 once the held record's communicator was closed (destroyed or aborted):
+ * a call in flight must not touch the communicator again. */
+int dgc_registry_comm_closing(dgc_comm *c);
+
+/* Around a short, non-blocking query of the held record's communicator
+ * (ncclCommGetAsyncError) from a call in flight: enter says 0 once the
+ * communicator is ending (do not touch it), else 1, and the ending waits
+ * for the matching leave. */
+int dgc_registry_comm_enter(dgc_comm *c);
+void dgc_registry_comm_leave(dgc_comm *c);
 
 /* The step of this call: how many calls on (comm, count) came before it; a
  * function of the call sequence alone, hence identical on every rank.
@@ -176,8 +208,9 @@ dgc_create_result dgc_registry_create(dgc_comm *c, const void *send, const void 
 int dgc_registry_within_budget(size_t estimate, size_t budget);
 
 /* Creates the entry for a state the front end made itself (the GPU path's:
- * gpu, holding gpu_bytes, freed by release, which the registry calls under
- * its lock whenever the entry goes: it must not call into the registry).
+ * gpu, holding gpu_bytes, freed by release, which the registry calls outside
+ * its lock, after the entry left its tables: it must not call into the
+ * registry).
  * DGC_NO_MEMORY when the entry could not be made; gpu is then not taken. */
 dgc_create_result dgc_registry_adopt(dgc_comm *c, const void *send, const void *buf, uint64_t count, void *gpu,
                                      size_t gpu_bytes, void (*release)(dgc_buffer *b), dgc_buffer **out);
@@ -223,6 +256,19 @@ typedef struct {
  * live entry, in creation order, with the freed states of the same key folded
  * in, then for each key seen only in freed states, in order of first release. */
 void dgc_registry_each_row(void (*fn)(const dgc_report_row *r, void *ctx), void *ctx);
+
+/* Memory that cannot be freed safely while the process runs: mapped pinned
+ * host memory (cudaFreeHost may wait for the whole device, which another
+ * communicator's stuck kernel can make endless) that kernels may still
+ * write. park keeps p (bytes long) with a token that says when the last
+ * work that may touch it has finished (0, or -1 when memory for the list is
+ * short: p is then left as it is); unpark hands back a parked block of
+ * exactly bytes whose ready(token) says so (then drop_token(token)), or
+ * NULL. ready is called under the registry's lock: it must not wait or call
+ * into the registry. Parked memory is never freed: the process's end
+ * returns it. */
+int dgc_registry_park(void *p, size_t bytes, void *token);
+void *dgc_registry_unpark(size_t bytes, int (*ready)(void *token), void (*drop_token)(void *token));
 
 /* Why a compressed call failed on every rank, as this rank knows it: its own
  * reason when it took part flagged, else what the exchange told it. */
