@@ -115,6 +115,8 @@ struct dgc_gpu_state {
     dgc_gpu_shape shape;
     int sms;                 /* multiprocessors: caps the grids of grid-stride kernels */
     void *block;             /* the one device allocation */
+    int pooled;              /* block came from cudaMallocAsync (freed in stream order), not cudaMalloc */
+    int counter_given;       /* nonfinite_host was the caller's (dgc_gpu_state_create_with) */
     size_t bytes;            /* its size: dgc_gpu_state_footprint(shape) */
     uint64_t ns;             /* the halves' stride: n rounded up to 64 floats (256 bytes) */
     float *v2, *u2;          /* [2][ns] residual and momentum (u2 NULL without momentum) */

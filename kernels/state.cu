@@ -175,6 +175,33 @@ size_t dgc_gpu_state_footprint(const dgc_gpu_shape *shape) {
 }
 
 dgc_gpu_state *dgc_gpu_state_create(const dgc_gpu_shape *shape, dgc_cuda_stream stream, char *err, size_t errlen) {
+    return dgc_gpu_state_create_with(shape, stream, NULL, err, errlen);
+}
+
+/* The block: from the device's memory pool in stream order where it has
+ * one (so that it can be freed without a wait), else cudaMalloc. */
+static cudaError_t alloc_block(dgc_gpu_state *s, size_t bytes, cudaStream_t st) {
+    cudaError_t e = cudaMallocAsync(&s->block, bytes, st);
+    if (e == cudaSuccess) {
+        s->pooled = 1;
+        return e;
+    }
+    (void)cudaGetLastError();
+    s->block = NULL;
+    e = cudaMalloc(&s->block, bytes);
+    if (e != cudaSuccess) s->block = NULL;
+    return e;
+}
+
+/* A state that could not be made: freed without a wait for the device. */
+static void discard(dgc_gpu_state *s, cudaStream_t st) {
+    const int own_counter = !s->counter_given;
+    void *counter = dgc_gpu_state_release(s, (dgc_cuda_stream)st);
+    if (counter && own_counter) (void)cudaFreeHost(counter);
+}
+
+dgc_gpu_state *dgc_gpu_state_create_with(const dgc_gpu_shape *shape, dgc_cuda_stream stream, void *counter,
+                                         char *err, size_t errlen) {
     if (shape_ok(shape, err, errlen)) return NULL;
     cudaStream_t st = (cudaStream_t)stream;
     layout l;
@@ -199,25 +226,27 @@ dgc_gpu_state *dgc_gpu_state_create(const dgc_gpu_shape *shape, dgc_cuda_stream 
     s->bytes = l.total;
     s->ns = stride_of(shape->n);
     char what[128];
-    if ((e = cudaMalloc(&s->block, l.total)) != cudaSuccess) {
+    if ((e = alloc_block(s, l.total, st)) != cudaSuccess) {
         snprintf(what, sizeof what, "cudaMalloc of %zu bytes for a %llu-element buffer's state", l.total,
                  (unsigned long long)shape->n);
         fail(err, errlen, what, e);
-        s->block = NULL;
-        dgc_gpu_state_destroy(s);
+        discard(s, st);
         return NULL;
     }
-    if ((e = cudaHostAlloc((void **)&s->nonfinite_host, sizeof *s->nonfinite_host, cudaHostAllocMapped)) !=
-        cudaSuccess) {
+    if (counter) {
+        s->nonfinite_host = (unsigned long long *)counter;
+        s->counter_given = 1;
+    } else if ((e = cudaHostAlloc((void **)&s->nonfinite_host, sizeof *s->nonfinite_host, cudaHostAllocMapped)) !=
+               cudaSuccess) {
         fail(err, errlen, "cudaHostAlloc of the state's counter", e);
         s->nonfinite_host = NULL;
-        dgc_gpu_state_destroy(s);
+        discard(s, st);
         return NULL;
     }
     *s->nonfinite_host = 0;
     if ((e = cudaHostGetDevicePointer((void **)&s->nonfinite_dev, s->nonfinite_host, 0)) != cudaSuccess) {
         fail(err, errlen, "cudaHostGetDevicePointer of the state's counter", e);
-        dgc_gpu_state_destroy(s);
+        discard(s, st);
         return NULL;
     }
     char *b = (char *)s->block;
@@ -253,7 +282,7 @@ dgc_gpu_state *dgc_gpu_state_create(const dgc_gpu_shape *shape, dgc_cuda_stream 
         (e = cudaMemsetAsync(&s->sc->bad_key, 0xff, sizeof s->sc->bad_key, st)) != cudaSuccess ||
         (e = cudaMemsetAsync(&s->sc->code_bad_key, 0xff, sizeof s->sc->code_bad_key, st)) != cudaSuccess) {
         fail(err, errlen, "zeroing a new GPU state", e);
-        dgc_gpu_state_destroy(s);
+        discard(s, st);
         return NULL;
     }
     return s;
@@ -261,10 +290,20 @@ dgc_gpu_state *dgc_gpu_state_create(const dgc_gpu_shape *shape, dgc_cuda_stream 
 
 void dgc_gpu_state_destroy(dgc_gpu_state *s) {
     if (!s) return;
-    /* cudaFree waits for the device to finish with the block. */
-    if (s->block) cudaFree(s->block);
-    if (s->nonfinite_host) cudaFreeHost(s->nonfinite_host);
+    /* cudaFree waits for the device only for cudaMalloc's memory. */
+    if (s->block && s->pooled) (void)cudaDeviceSynchronize();
+    if (s->block) (void)cudaFree(s->block);
+    if (s->nonfinite_host && !s->counter_given) (void)cudaFreeHost(s->nonfinite_host);
     free(s);
+}
+
+void *dgc_gpu_state_release(dgc_gpu_state *s, dgc_cuda_stream stream) {
+    if (!s) return NULL;
+    if (s->block && s->pooled) (void)cudaFreeAsync(s->block, (cudaStream_t)stream);
+    else if (s->block) (void)cudaFree(s->block);
+    void *counter = s->nonfinite_host;
+    free(s);
+    return counter;
 }
 
 const dgc_gpu_shape *dgc_gpu_state_shape(const dgc_gpu_state *s) { return &s->shape; }

@@ -121,14 +121,30 @@ typedef struct {
  * device cannot be asked (cub sizes its sort scratch per device). */
 size_t dgc_gpu_state_footprint(const dgc_gpu_shape *shape);
 
-/* Allocates every array the state will ever need (cudaMalloc: first sight
- * is the one place the GPU path allocates) and zeroes it on stream, so it
- * is ready in stream order. NULL when device memory is short, with nothing
- * left allocated; err then says what failed. */
+/* Allocates every array the state will ever need in one block (first sight
+ * is the one place the GPU path allocates: cudaMallocAsync on stream where
+ * the device has memory pools, else cudaMalloc) and zeroes it on stream, so
+ * it is ready in stream order. NULL when device memory is short, with
+ * nothing left allocated; err then says what failed. */
 dgc_gpu_state *dgc_gpu_state_create(const dgc_gpu_shape *shape, dgc_cuda_stream stream, char *err, size_t errlen);
 
-/* Waits for the device to finish with the state, then frees it. */
+/* The same, its step counter (dgc_gpu_state_nonfinite) in counter: mapped
+ * pinned host memory of 8 bytes, zeroed here, that stays the caller's
+ * (NULL: the state allocates its own). */
+dgc_gpu_state *dgc_gpu_state_create_with(const dgc_gpu_shape *shape, dgc_cuda_stream stream, void *counter,
+                                         char *err, size_t errlen);
+
+/* Waits for the device to finish with the state, then frees it (tests,
+ * benchmarks). */
 void dgc_gpu_state_destroy(dgc_gpu_state *s);
+
+/* Frees the state without a host wait: its block in stream order on stream
+ * (which the caller has made wait for the state's last work), or, without
+ * memory pools (the block came from cudaMalloc), by cudaFree, which may
+ * wait for the device. Its mapped counter is not freed (cudaFreeHost may
+ * wait for the whole device): it is returned, for the caller to reuse once
+ * that work is done. */
+void *dgc_gpu_state_release(dgc_gpu_state *s, dgc_cuda_stream stream);
 
 const dgc_gpu_shape *dgc_gpu_state_shape(const dgc_gpu_state *s);
 size_t dgc_gpu_state_bytes(const dgc_gpu_state *s);
