@@ -8,9 +8,11 @@ set(DGC_NCCL_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/nccl_call.c
   ${CMAKE_CURRENT_LIST_DIR}/nccl_comm.c
   ${CMAKE_CURRENT_LIST_DIR}/nccl_device.c
+  ${CMAKE_CURRENT_LIST_DIR}/nccl_wait.c
   ${CMAKE_CURRENT_LIST_DIR}/nccl_exit.c
   ${CMAKE_CURRENT_LIST_DIR}/nccl_group.c
   ${CMAKE_CURRENT_LIST_DIR}/nccl_init.c
+  ${CMAKE_CURRENT_LIST_DIR}/nccl_memory.c
   ${CMAKE_CURRENT_LIST_DIR}/nccl_resolve.c
   ${CMAKE_CURRENT_LIST_DIR}/nccl_setup.c
   ${CMAKE_CURRENT_LIST_DIR}/nccl_state.c)

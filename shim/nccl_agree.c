@@ -2,8 +2,8 @@
  * compressed on it, its ranks all-gather the hash of every collective DGC_*
  * value (as shim/mpi_check.c does on MPI) and a flag saying whether the rank
  * could parse its environment at all, over the communicator itself, on the
- * caller's stream. The words come back to the host (the one host wait of a
- * communicator's life besides freeing state) and every rank compares the
+ * caller's stream. The words come back to the host (a polling wait that an
+ * abort or NCCL's error ends: nccl_wait.c) and every rank compares the
  * same gathered words, so every rank reaches the same verdict: passed, or
  * failed, and then every float sum/average call on the communicator fails
  * with ncclInvalidUsage on every rank without issuing anything.
@@ -36,14 +36,18 @@ void dgc_nccl_check_issue(const dgc_nccl_api *api, dgc_nccl_check *k, const dgc_
     k->rc = ncclSuccess;
     own_words(cfg, k->words);
     if (k->c->nranks == 1) return; /* nothing to agree with */
-    cudaError_t e = cudaMalloc(&k->dev, WORDS_BYTES * (1 + (size_t)k->c->nranks));
+    if (dgc_nccl_ending(k->c)) {
+        k->rc = ncclInternalError;
+        return;
+    }
+    cudaError_t e = dgc_nccl_dev_alloc(&k->dev, WORDS_BYTES * (1 + (size_t)k->c->nranks), k->stream, &k->dev_pooled);
     if (e == cudaSuccess) e = cudaMemcpyAsync(k->dev, k->words, WORDS_BYTES, cudaMemcpyHostToDevice, k->stream);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         DGC_ERROR("the DGC_* consistency check of a communicator cannot run on this rank (%s): its call fails "
                   "with ncclSystemError here, and the other ranks may wait for this one",
                   cudaGetErrorString(e));
-        if (k->dev) cudaFree(k->dev);
+        dgc_nccl_dev_free(k->dev, k->dev_pooled, k->stream);
         k->dev = NULL;
         k->rc = ncclSystemError;
         return;
@@ -89,19 +93,21 @@ ncclResult_t dgc_nccl_check_finish(const dgc_nccl_api *api, dgc_nccl_check *k, c
         return k->c->check == DGC_CHECK_PASSED ? ncclSuccess : ncclInvalidUsage;
     }
     if (!k->issued) { /* the check stays pending: tried again at the next call */
-        if (k->dev) cudaFree(k->dev);
+        dgc_nccl_dev_free(k->dev, k->dev_pooled, k->stream);
         k->dev = NULL;
         return k->rc;
     }
     uint64_t *all = malloc(WORDS_BYTES * (size_t)nranks);
-    ncclResult_t rc = dgc_nccl_settle(api, k->comm, k->rc);
+    ncclResult_t rc = dgc_nccl_settle(api, k->c, k->comm, k->rc);
     cudaError_t e = cudaSuccess;
     if (rc == ncclSuccess && all) {
         e = cudaMemcpyAsync(all, (char *)k->dev + WORDS_BYTES, WORDS_BYTES * (size_t)nranks, cudaMemcpyDeviceToHost,
                             k->stream);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(k->stream);
+        if (e == cudaSuccess) rc = dgc_nccl_wait(api, k->c, k->comm, k->stream);
     }
-    cudaFree(k->dev);
+    /* In stream order: after a wait that ended early (an abort), the
+     * all-gather may still be writing it. Without memory pools, cudaFree. */
+    dgc_nccl_dev_free(k->dev, k->dev_pooled, k->stream);
     k->dev = NULL;
     if (rc == ncclSuccess && (!all || e != cudaSuccess)) {
         DGC_ERROR("the DGC_* consistency check of a communicator could not read its result (%s): the call fails "

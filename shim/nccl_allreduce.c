@@ -42,7 +42,7 @@ static decision forward(const dgc_nccl_api *api, dgc_nccl_call *k, int how) {
     (void)api;
     if (!dgc_nccl_in_group() || !k->comm || !dgc_nccl_group_holds(k->comm))
         return how == DGC_NCCL_FORWARD_DENSE ? DECIDED_DENSE : DECIDED_PASS;
-    if (!k->c) k->c = dgc_nccl_comm_find(k->comm); /* it has one: calls on it are held */
+    if (!k->c) k->c = dgc_nccl_comm_find(k->comm); /* it has one: calls on it are held (held here till return) */
     k->forward = how;
     if (!k->c || dgc_nccl_group_defer_call(k)) {
         DGC_ERROR("no memory to hold an all-reduce back in its place in a group: it is forwarded at once, and its "
@@ -69,7 +69,8 @@ static decision last_resort(dgc_nccl_call *k, ncclResult_t rc, const char *what)
     return DECIDED_FAIL;
 }
 
-/* g is entered (the communicator's device made current) when *guarded. */
+/* g is entered (the communicator's device made current) when *guarded.
+ * k->c, once set, is held (dgc_registry_comm_hold): the caller drops it. */
 static decision decide(const dgc_nccl_api *api, dgc_nccl_call *k, const dgc_config *cfg, dgc_device_guard *g,
                        int *guarded) {
     if (!k->comm || (k->op != ncclSum && k->op != ncclAvg) || dgc_nccl_gpu_dtype(k->dtype, &k->gpu_dtype))
@@ -145,6 +146,7 @@ DGC_EXPORT ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size
     case DECIDED_RUN: rc = dgc_nccl_run(api, &k, 1, cfg); break;
     }
     if (guarded) dgc_device_leave(&g); /* before forwarding: NCCL sees the caller's device, as without the shim */
+    dgc_registry_comm_drop(k.c); /* a held-back copy keeps its own hold; a close meanwhile frees the record now */
     if (d != DECIDED_PASS && d != DECIDED_DENSE) return rc;
     dgc_registry_tally_add(DGC_TALLY_NCCL_PASSED);
     if (d == DECIDED_DENSE) dgc_registry_count_over_budget();

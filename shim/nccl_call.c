@@ -138,6 +138,7 @@ static ncclResult_t news(dgc_comm *c) {
     dgc_nccl_comm *x = dgc_nccl_ext(c);
     const volatile dgc_gpu_report *r = x->report;
     ncclResult_t rc = ncclSuccess;
+    if (!r) return rc; /* the setup failed: this rank's calls are flagged, and say so */
     dgc_nccl_count_news(x);
     give_back_rejected(c, x);
     uint64_t bad_steps = r->bad_steps;
@@ -279,6 +280,7 @@ static const char *lack_text(int lack) {
     switch (lack) {
     case DGC_NCCL_LACK_BUDGET: return "it would pass DGC_MAX_STATE_MB";
     case DGC_NCCL_LACK_DEVICE: return "no device memory";
+    case DGC_NCCL_LACK_SETUP: return "the communicator's setup failed";
     default: return "no host memory";
     }
 }
@@ -300,10 +302,16 @@ static void plan(dgc_nccl_call *k, const dgc_config *cfg) {
     k->xbuf_sync = 0;
     k->xrc = ncclSuccess;
     k->rc = ncclSuccess;
+    if (dgc_nccl_ending(c)) { /* destroyed or aborted by another thread since the call was made */
+        k->part = DGC_NCCL_DEAD;
+        k->rc = ncclInternalError;
+        return;
+    }
     if (k->forward != DGC_NCCL_RUN) {
         k->part = DGC_NCCL_PASS;
         return;
     }
+    dgc_nccl_chain_in(dgc_nccl_ext(c), k->stream);
     k->rc = news(c);
     uint64_t step;
     if (dgc_registry_next_step(c, k->count, &step)) {
@@ -331,7 +339,12 @@ static void plan(dgc_nccl_call *k, const dgc_config *cfg) {
     DGC_DEBUG("step %llu, %llu elements, k %llu: %s transport (bytes a rank sends: sparse all-gather %llu, dense %llu)",
               (unsigned long long)step, (unsigned long long)k->count, (unsigned long long)k->p.k,
               k->dense ? "dense" : "sparse", (unsigned long long)k->tb.sparse, (unsigned long long)k->tb.dense);
-    k->b = dgc_nccl_state_get(k, cfg);
+    if (dgc_nccl_ext(c)->report) {
+        k->b = dgc_nccl_state_get(k, cfg);
+    } else {
+        k->lack = DGC_NCCL_LACK_SETUP;
+        k->footprint = 0;
+    }
     k->part = k->b ? DGC_NCCL_STATE : DGC_NCCL_FAILED;
 }
 
@@ -386,10 +399,13 @@ static void vote(const dgc_nccl_api *api, dgc_nccl_call **v, int m) {
         if (!votes(k)) continue;
         dgc_nccl_comm *x = dgc_nccl_ext(k->c);
         dgc_device_switch(x->device);
-        cudaError_t e = cudaMemsetAsync(x->votes, k->b ? 0 : 1, 1, k->stream);
-        k->xrc = gs != ncclSuccess ? gs
-                 : e != cudaSuccess ? ncclUnhandledCudaError
-                                    : api->all_gather(x->votes, (char *)x->votes + 1, 1, ncclUint8, k->comm, k->stream);
+        cudaError_t e = x->votes ? cudaSuccess
+                                 : dgc_nccl_dev_alloc(&x->votes, 1 + (size_t)k->c->nranks, k->stream, &x->votes_pooled);
+        if (e == cudaSuccess) e = cudaMemsetAsync(x->votes, k->b ? 0 : 1, 1, k->stream);
+        k->xrc = gs != ncclSuccess         ? gs
+                 : dgc_nccl_ending(k->c)   ? ncclInternalError
+                 : e != cudaSuccess        ? ncclUnhandledCudaError
+                                           : api->all_gather(x->votes, (char *)x->votes + 1, 1, ncclUint8, k->comm, k->stream);
     }
     if (grouped && gs == ncclSuccess) {
         ncclResult_t ge = api->group_end();
@@ -401,13 +417,13 @@ static void vote(const dgc_nccl_api *api, dgc_nccl_call **v, int m) {
         if (!votes(k)) continue;
         dgc_nccl_comm *x = dgc_nccl_ext(k->c);
         dgc_device_switch(x->device);
-        ncclResult_t rc = dgc_nccl_settle(api, k->comm, k->xrc);
+        ncclResult_t rc = dgc_nccl_settle(api, k->c, k->comm, k->xrc);
         k->xrc = ncclSuccess;
         cudaError_t e = cudaSuccess;
         if (rc == ncclSuccess) {
             e = cudaMemcpyAsync(x->votes_host, (char *)x->votes + 1, (size_t)k->c->nranks, cudaMemcpyDeviceToHost,
                                 k->stream);
-            if (e == cudaSuccess) e = cudaStreamSynchronize(k->stream);
+            if (e == cudaSuccess) rc = dgc_nccl_wait(api, k->c, k->comm, k->stream);
         }
         if (rc != ncclSuccess || e != cudaSuccess) {
             (void)cudaGetLastError();
@@ -572,6 +588,7 @@ static void finish(dgc_nccl_call *k, const dgc_config *cfg) {
                   (unsigned long long)k->count, err);
         if (k->rc == ncclSuccess) k->rc = ncclUnhandledCudaError;
     }
+    if (k->forward == DGC_NCCL_RUN) dgc_nccl_chain_out(dgc_nccl_ext(k->c), k->stream); /* its last work */
     release(k);
 }
 
@@ -587,8 +604,8 @@ static void exchange_phase(const dgc_nccl_api *api, dgc_nccl_call **v, int m, in
     ncclResult_t gs = grouped ? api->group_start() : ncclSuccess;
     for (int i = 0; i < m; i++) {
         if (!collectives(v[i], phase)) continue;
-        if (gs != ncclSuccess) {
-            exchange_failed(v[i], gs);
+        if (gs != ncclSuccess || dgc_nccl_ending(v[i]->c)) {
+            exchange_failed(v[i], gs != ncclSuccess ? gs : ncclInternalError);
             continue;
         }
         dgc_device_switch(dgc_nccl_ext(v[i]->c)->device);
@@ -601,7 +618,7 @@ static void exchange_phase(const dgc_nccl_api *api, dgc_nccl_call **v, int m, in
     }
     for (int i = 0; i < m; i++) {
         if (!collectives(v[i], phase)) continue;
-        ncclResult_t rc = dgc_nccl_settle(api, v[i]->comm, v[i]->xrc);
+        ncclResult_t rc = dgc_nccl_settle(api, v[i]->c, v[i]->comm, v[i]->xrc);
         v[i]->xrc = ncclSuccess;
         if (rc != ncclSuccess) exchange_failed(v[i], rc);
     }

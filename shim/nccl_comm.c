@@ -7,11 +7,14 @@
  * hand the address out again at once) and close the record, which frees
  * every GPU state on it. ncclCommFinalize only flushes: nothing to free.
  *
- * Destroy closes the record before forwarding (the communicator is still
- * whole, and freeing a state waits for its last kernels, which NCCL's own
- * destroy would wait for too); Abort forwards first, because aborting is
- * what gets stuck NCCL kernels, which our kernels queue behind, out of the
- * way of that wait. */
+ * Closing never waits for the device: states, votes and report go back in
+ * stream order or are parked (nccl_memory.c), so aborting one communicator
+ * does not wait for another one's stuck kernel. A call in flight on another
+ * thread (PyTorch's watchdog aborts from its own thread) holds the record:
+ * the close then only marks it closing, the call's waits see that and
+ * return, and the call's last drop frees the record. Unbinding marks the
+ * record closing before the real NCCL is reached, so no call of ours
+ * touches the communicator once NCCL has freed it. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -19,22 +22,59 @@
 #include "log.h"
 #include "nccl_internal.h"
 
-dgc_comm *dgc_nccl_comm_find(ncclComm_t comm) { return dgc_registry_comm_by_handle(comm); }
+dgc_comm *dgc_nccl_comm_find(ncclComm_t comm) { return dgc_registry_comm_hold(comm); }
 
-/* Runs when the record closes, after its buffer states were freed. Kernels
- * of flagged calls (stateless decodes) may still be writing the report:
- * the device finishes them first. */
+/* Runs when the record closes, after its buffer states were released, on
+ * whichever thread drops it last. Nothing here waits for the device: the
+ * report's last word is read as far as the device has written it, the
+ * report is parked until the communicator's last work is done, and the
+ * votes go back in stream order (nccl_memory.c). */
 static void free_ext(void *ext) {
     dgc_nccl_comm *x = ext;
     if (!x) return;
+    dgc_device_guard g;
+    int ok = dgc_device_enter(&g, x->device) == 0;
+    cudaEvent_t after = NULL;
+    int ordered = ok && x->own && dgc_nccl_comm_after(x, &after) == 0;
     if (x->report) {
-        cudaDeviceSynchronize();
         dgc_nccl_count_news(x); /* the device's last word on failed steps, for the statistics */
-        dgc_gpu_report_destroy(x->report);
+        if (ordered) dgc_nccl_mapped_put(x->report, sizeof *x->report, after);
+        else DGC_DEBUG("a communicator's report is left allocated: its last work cannot be waited for");
+        after = NULL; /* the parked report owns it */
     }
-    if (x->votes) cudaFree(x->votes);
+    if (after) cudaEventDestroy(after);
+    if (ok && ordered) dgc_nccl_dev_free(x->votes, x->votes_pooled, x->own);
+    if (ok && x->done) cudaEventDestroy(x->done);
+    if (ok && x->own) cudaStreamDestroy(x->own); /* returns at once: the frees queued on it still run */
+    if (ok) dgc_device_leave(&g);
     free(x->votes_host);
     free(x);
+}
+
+/* What every call on the communicator needs besides its state, made once:
+ * the shim's own stream, the chain's event, the mapped report. 0, or -1
+ * (logged): the record stays open and the rank takes part in every
+ * compressed call flagged (invariant 1: it must not stop issuing what the
+ * other ranks issue). */
+static int set_up(dgc_nccl_comm *x) {
+    const char *what = NULL;
+    cudaError_t e = cudaStreamCreateWithFlags(&x->own, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        x->own = NULL;
+        what = "a stream";
+    } else if ((e = cudaEventCreateWithFlags(&x->done, cudaEventDisableTiming)) != cudaSuccess) {
+        x->done = NULL;
+        what = "an event";
+    } else if (!(x->report = dgc_nccl_mapped_get(sizeof *x->report))) {
+        e = cudaErrorMemoryAllocation;
+        what = "mapped pinned host memory for the device's report";
+    }
+    if (!what) return 0;
+    (void)cudaGetLastError();
+    DGC_ERROR("an NCCL communicator's setup failed: no %s (%s); this rank takes part in its compressed calls "
+              "flagged, so they fail on every rank (output NaN, ncclSystemError)",
+              what, cudaGetErrorString(e));
+    return -1;
 }
 
 dgc_comm *dgc_nccl_comm_open(const dgc_nccl_api *api, ncclComm_t comm, int device) {
@@ -47,33 +87,21 @@ dgc_comm *dgc_nccl_comm_open(const dgc_nccl_api *api, ncclComm_t comm, int devic
     if (dgc_config_rank() == -1) dgc_config_set_rank(rank); /* no launcher rank: the first communicator's */
     dgc_nccl_banner(api);
     dgc_nccl_comm *x = calloc(1, sizeof *x);
-    dgc_comm *c = x ? dgc_registry_comm_open_owned(nranks, 0, DGC_OWNER_NCCL) : NULL;
+    unsigned char *votes_host = malloc((size_t)nranks);
+    dgc_comm *c = x && votes_host ? dgc_registry_comm_open_owned(nranks, 0, DGC_OWNER_NCCL) : NULL;
     if (!c) {
         free(x);
+        free(votes_host);
         DGC_ERROR("no host memory for a communicator's record");
         return NULL;
     }
     x->device = device;
     x->rank = rank;
-    x->report = dgc_gpu_report_create();
+    x->votes_host = votes_host; /* the votes' device memory comes at the first vote (nccl_call.c) */
     c->ext = x;
     c->ext_free = free_ext;
-    if (!x->report) {
-        DGC_ERROR("no pinned host memory for a communicator's device report (%s)", dgc_gpu_last_error());
-        dgc_registry_comm_close(c->id);
-        return NULL;
-    }
-    /* The votes at a count's first call (nccl_call.c): this rank's byte,
-     * then every rank's. */
-    x->votes_host = malloc((size_t)nranks);
-    cudaError_t e = x->votes_host ? cudaMalloc(&x->votes, 1 + (size_t)nranks) : cudaErrorMemoryAllocation;
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        x->votes = NULL;
-        DGC_ERROR("no memory for a communicator's %d-byte vote buffer (%s)", 1 + nranks, cudaGetErrorString(e));
-        dgc_registry_comm_close(c->id);
-        return NULL;
-    }
+    (void)set_up(x);
+    dgc_registry_comm_hold_again(c); /* the caller's, before anyone else can find it */
     dgc_registry_comm_bind(comm, c->id);
     DGC_DEBUG("communicator %p: rank %d of %d on device %d, record %llu", (void *)comm, rank, nranks, device,
               (unsigned long long)c->id);
@@ -83,7 +111,7 @@ dgc_comm *dgc_nccl_comm_open(const dgc_nccl_api *api, ncclComm_t comm, int devic
 /* Unbinds comm's record, forgetting what an open group holds for it; its
  * id (0: none) and device. */
 static uint64_t detach(ncclComm_t comm, int *device) {
-    dgc_comm *c = dgc_registry_comm_by_handle(comm);
+    dgc_comm *c = dgc_registry_comm_by_handle(comm); /* a destroy or abort: the program holds the handle */
     if (!c) return 0;
     *device = dgc_nccl_ext(c)->device;
     int dropped = dgc_nccl_group_forget(c);

@@ -7,8 +7,6 @@
  * so every entry into CUDA first points the shim's runtime at the
  * communicator's device, and points it back afterwards (the driver's
  * current context is per thread and the application's runtime may read it). */
-#include <sched.h>
-
 #include "log.h"
 #include "nccl_internal.h"
 
@@ -20,11 +18,25 @@ int dgc_device_switch(int device) {
     return -1;
 }
 
+static void relax(dgc_device_guard *g) {
+    g->mode = cudaStreamCaptureModeRelaxed;
+    g->mode_saved = cudaThreadExchangeStreamCaptureMode(&g->mode) == cudaSuccess;
+    if (!g->mode_saved) (void)cudaGetLastError();
+}
+
+static void unrelax(dgc_device_guard *g) {
+    if (g->mode_saved && cudaThreadExchangeStreamCaptureMode(&g->mode) != cudaSuccess) (void)cudaGetLastError();
+    g->mode_saved = 0;
+}
+
 int dgc_device_enter(dgc_device_guard *g, int device) {
     int cur = -1;
     g->saved = cudaGetDevice(&cur) == cudaSuccess ? cur : -1;
+    relax(g);
     if (cur == device && g->saved >= 0) return 0;
-    return dgc_device_switch(device);
+    if (dgc_device_switch(device) == 0) return 0;
+    unrelax(g);
+    return -1;
 }
 
 /* Asks rather than remembers: a batch after ncclGroupEnd switches to each
@@ -33,6 +45,7 @@ int dgc_device_enter(dgc_device_guard *g, int device) {
  * launch too). */
 void dgc_device_leave(dgc_device_guard *g) {
     int cur = -1;
+    unrelax(g);
     if (g->saved < 0) return;
     if (cudaGetDevice(&cur) != cudaSuccess || cur != g->saved) cudaSetDevice(g->saved);
 }
@@ -55,15 +68,4 @@ int dgc_stream_capturing(cudaStream_t stream) {
     else
         DGC_DEBUG("cudaStreamIsCapturing failed again (%s): the call passes through", cudaGetErrorString(e));
     return 1;
-}
-
-ncclResult_t dgc_nccl_settle(const dgc_nccl_api *api, ncclComm_t comm, ncclResult_t rc) {
-    if (rc != ncclInProgress) return rc;
-    ncclResult_t st = ncclInProgress;
-    while (st == ncclInProgress) {
-        ncclResult_t q = api->comm_get_async_error(comm, &st);
-        if (q != ncclSuccess) return q; /* NCCL's own answer: a destroyed or invalid communicator */
-        if (st == ncclInProgress) sched_yield();
-    }
-    return st;
 }

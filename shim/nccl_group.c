@@ -62,17 +62,21 @@ static int grow(void **arr, int *cap, int want, size_t elem) {
     return 0;
 }
 
+/* Each held-back call and check holds its record (dgc_registry_comm_hold),
+ * dropped when it has run or is dropped. */
 int dgc_nccl_group_defer_check(dgc_comm *c, ncclComm_t comm, cudaStream_t stream) {
     for (int i = 0; i < group.nchecks; i++)
         if (group.checks[i].c == c) return 0; /* once per communicator and group */
     if (grow((void **)&group.checks, &group.checks_cap, group.nchecks + 1, sizeof *group.checks)) return -1;
     group.checks[group.nchecks++] = (dgc_nccl_check){.c = c, .comm = comm, .stream = stream};
+    dgc_registry_comm_hold_again(c);
     return 0;
 }
 
 int dgc_nccl_group_defer_call(const dgc_nccl_call *k) {
     if (grow((void **)&group.calls, &group.calls_cap, group.ncalls + 1, sizeof *group.calls)) return -1;
     group.calls[group.ncalls++] = *k;
+    if (k->c) dgc_registry_comm_hold_again(k->c);
     return 0;
 }
 
@@ -92,8 +96,11 @@ int dgc_nccl_group_add_created(ncclComm_t comm) {
  * them at the outermost end), but the shim closes the communicator's record
  * at once: held-back work on it would run on a freed record and a reclaimed
  * communicator. Only this thread's group can hold it: NCCL forbids using a
- * communicator from another thread while it is being destroyed. */
-int dgc_nccl_group_forget(const dgc_comm *c) {
+ * communicator from another thread while it is being destroyed (an abort
+ * from another thread finds this thread's group in its thread-local state
+ * untouched: the held-back calls hold the record, and run against a closing
+ * one as calls in flight do, issuing nothing). */
+int dgc_nccl_group_forget(dgc_comm *c) {
     int kept = 0, gone = 0;
     for (int i = 0; i < group.ncalls; i++) {
         if (group.calls[i].c == c) gone++;
@@ -101,15 +108,21 @@ int dgc_nccl_group_forget(const dgc_comm *c) {
     }
     group.ncalls = kept;
     kept = 0;
-    for (int i = 0; i < group.nchecks; i++)
+    int checks_gone = 0;
+    for (int i = 0; i < group.nchecks; i++) {
         if (group.checks[i].c != c) group.checks[kept++] = group.checks[i];
+        else checks_gone++;
+    }
     group.nchecks = kept;
+    for (int i = 0; i < gone + checks_gone; i++) dgc_registry_comm_drop(c); /* not closing yet: none frees it */
     return gone;
 }
 
 /* Forgets the recorded calls and checks (the checks' communicators stay
- * unchecked: their next candidate call checks them). */
+ * unchecked: their next candidate call checks them), dropping their holds. */
 static void drop(void) {
+    for (int i = 0; i < group.ncalls; i++) dgc_registry_comm_drop(group.calls[i].c);
+    for (int i = 0; i < group.nchecks; i++) dgc_registry_comm_drop(group.checks[i].c);
     free(group.calls);
     free(group.checks);
     free(group.created);
@@ -131,11 +144,11 @@ static ncclResult_t after_outermost(const dgc_nccl_api *api, ncclResult_t rc) {
     if (rc == ncclInProgress) { /* non-blocking communicators: ours may be used once they have settled */
         rc = ncclSuccess;
         for (int i = 0; i < group.nchecks; i++) {
-            ncclResult_t r = dgc_nccl_settle(api, group.checks[i].comm, ncclInProgress);
+            ncclResult_t r = dgc_nccl_settle(api, group.checks[i].c, group.checks[i].comm, ncclInProgress);
             if (rc == ncclSuccess) rc = r;
         }
         for (int i = 0; i < group.ncalls; i++) {
-            ncclResult_t r = dgc_nccl_settle(api, group.calls[i].comm, ncclInProgress);
+            ncclResult_t r = dgc_nccl_settle(api, group.calls[i].c, group.calls[i].comm, ncclInProgress);
             if (rc == ncclSuccess) rc = r;
         }
     }

@@ -34,8 +34,11 @@ ncclResult_t dgc_nccl_check_new(const dgc_nccl_api *api, const ncclComm_t *comms
     int guarded = 0;
     for (int i = 0; i < n; i++) {
         int device = -1;
-        if (!comms[i] || dgc_nccl_comm_find(comms[i]) || api->comm_cu_device(comms[i], &device) != ncclSuccess)
-            continue; /* ncclCommSplit's NCCL_SPLIT_NOCOLOR, or NCCL will say what is wrong with it */
+        if (!comms[i]) continue; /* ncclCommSplit's NCCL_SPLIT_NOCOLOR */
+        dgc_comm *seen = dgc_nccl_comm_find(comms[i]);
+        dgc_registry_comm_drop(seen);
+        if (seen || api->comm_cu_device(comms[i], &device) != ncclSuccess)
+            continue; /* known already, or NCCL will say what is wrong with it */
         if (!guarded) {
             if (dgc_device_enter(&g, device)) break;
             guarded = 1;
@@ -54,8 +57,9 @@ ncclResult_t dgc_nccl_check_new(const dgc_nccl_api *api, const ncclComm_t *comms
     }
     if (m) rc = dgc_nccl_check_run(api, chk, m, cfg);
     for (int i = 0; i < m; i++) {
-        if (!chk[i].stream || dgc_device_switch(dgc_nccl_ext(chk[i].c)->device)) continue;
-        cudaStreamDestroy(chk[i].stream);
+        if (chk[i].stream && dgc_device_switch(dgc_nccl_ext(chk[i].c)->device) == 0)
+            cudaStreamDestroy(chk[i].stream); /* returns at once: the check's free still runs on it */
+        dgc_registry_comm_drop(chk[i].c);
     }
     if (guarded) dgc_device_leave(&g);
     free(chk);

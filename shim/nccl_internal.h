@@ -91,8 +91,14 @@ void dgc_nccl_banner(const dgc_nccl_api *api);
 typedef struct {
     int device;               /* ncclCommCuDevice */
     int rank;                 /* ncclCommUserRank */
-    dgc_gpu_report *report;   /* what the device tells the host (mapped pinned memory) */
+    dgc_gpu_report *report;   /* what the device tells the host (mapped pinned memory); NULL: setup failed,
+                               * every compressed call takes part flagged */
+    cudaStream_t own;         /* the shim's stream for this communicator's frees (nccl_memory.c) */
+    cudaEvent_t done;         /* recorded after each call's last work (dgc_nccl_chain_out) */
+    cudaStream_t last_stream; /* the stream it was last recorded on */
+    int done_recorded;
     void *votes;              /* device memory for a count's first-call agreement: 1 + nranks bytes */
+    int votes_pooled;         /* votes came from the memory pool (dgc_nccl_dev_alloc) */
     unsigned char *votes_host; /* nranks bytes: the gathered votes, read by the host */
     uint64_t failed_seen;     /* report->failed at the last look */
     uint64_t nonfinite_seen;  /* report->nonfinite at the last look */
@@ -108,12 +114,14 @@ typedef struct {
 
 static inline dgc_nccl_comm *dgc_nccl_ext(dgc_comm *c) { return (dgc_nccl_comm *)c->ext; }
 
-/* The record bound to comm, or NULL when it has not been seen yet. */
+/* The record bound to comm, held (dgc_registry_comm_drop it), or NULL when
+ * it has not been seen yet. */
 dgc_comm *dgc_nccl_comm_find(ncclComm_t comm);
 
 /* Opens the record for comm, seen for the first time, on device (the
- * current device already: the report is made there). NULL, logged, when
- * memory is short. */
+ * current device already: the report is made there), held. NULL, logged,
+ * when host memory is short; a record whose CUDA setup failed opens with
+ * report NULL, and the rank takes part in its calls flagged. */
 dgc_comm *dgc_nccl_comm_open(const dgc_nccl_api *api, ncclComm_t comm, int device);
 
 /* What the device's report says now about failed steps: counted in the
@@ -136,12 +144,23 @@ ncclResult_t dgc_nccl_check_new(const dgc_nccl_api *api, const ncclComm_t *comms
 
 /* The CUDA runtime in the shim is its own (static) instance: it must be
  * pointed at the communicator's device before use, and is pointed back at
- * the caller's after, so that the caller's thread sees no change. */
+ * the caller's after, so that the caller's thread sees no change.
+ *
+ * The guard also puts the thread's stream capture mode to relaxed for the
+ * shim's own CUDA calls (allocations, frees, queries, waits), and back on
+ * leaving: a stream being captured elsewhere in global mode, or by this
+ * thread on another stream, would otherwise see them fail with a capture
+ * error that invalidates the program's graph. The shim's work goes only on
+ * streams that are not capturing (dgc_stream_capturing) and streams of its
+ * own, so relaxed mode lets nothing into a graph. */
 typedef struct {
     int saved; /* the device current on entry, -1 when unknown */
+    enum cudaStreamCaptureMode mode; /* the thread's capture mode on entry */
+    int mode_saved;
 } dgc_device_guard;
 
-/* Makes device current. Returns 0, or -1 (logged) when the runtime fails. */
+/* Makes device current (capture mode relaxed). Returns 0, or -1 (logged,
+ * nothing changed) when the runtime fails. */
 int dgc_device_enter(dgc_device_guard *g, int device);
 /* Makes the device current on entry current again, whichever devices were
  * made current in between (dgc_device_switch). */
@@ -155,11 +174,53 @@ int dgc_device_switch(int device);
  * tell: nothing may be launched then either), 0 otherwise. */
 int dgc_stream_capturing(cudaStream_t stream);
 
+/* ---- host waits (nccl_wait.c) ---- */
+
 /* For non-blocking communicators: a call that returned ncclInProgress has
- * been enqueued once ncclCommGetAsyncError leaves ncclInProgress; waits for
- * that and returns the communicator's state (ncclSuccess or its error).
- * Returns rc itself unless it is ncclInProgress. */
-ncclResult_t dgc_nccl_settle(const dgc_nccl_api *api, ncclComm_t comm, ncclResult_t rc);
+ * been enqueued once ncclCommGetAsyncError leaves ncclInProgress; polls for
+ * that and returns the communicator's state (ncclSuccess or its error), or
+ * ncclInternalError once another thread destroys or aborts the
+ * communicator of c (the held record; NULL: none). Returns rc itself unless
+ * it is ncclInProgress. */
+ncclResult_t dgc_nccl_settle(const dgc_nccl_api *api, dgc_comm *c, ncclComm_t comm, ncclResult_t rc);
+
+/* Waits for stream's work by polling: ncclSuccess when it is done, NCCL's
+ * asynchronous error on comm, ncclInternalError once comm is being
+ * destroyed or aborted by another thread, ncclUnhandledCudaError when CUDA
+ * fails. Never blocks in CUDA or NCCL. */
+ncclResult_t dgc_nccl_wait(const dgc_nccl_api *api, dgc_comm *c, ncclComm_t comm, cudaStream_t stream);
+
+/* 1 once the held record's communicator is being destroyed or aborted: a
+ * call in flight issues nothing more on it. */
+int dgc_nccl_ending(dgc_comm *c);
+
+/* ---- memory given back without a wait (nccl_memory.c) ---- */
+
+/* Mapped pinned host memory of bytes, zeroed: a parked block whose last
+ * work is done, else a new one. NULL when short. */
+void *dgc_nccl_mapped_get(size_t bytes);
+
+/* Gives mapped memory back for reuse once after (an event, owned from now
+ * on; NULL: nothing may still write it) has completed. Never freed. */
+void dgc_nccl_mapped_put(void *p, size_t bytes, cudaEvent_t after);
+
+/* A call on stream s first waits (on the device) for the communicator's
+ * last call when that ran on another stream; after its last work, it
+ * records itself as the last. */
+void dgc_nccl_chain_in(dgc_nccl_comm *x, cudaStream_t s);
+void dgc_nccl_chain_out(dgc_nccl_comm *x, cudaStream_t s);
+
+/* Makes the communicator's own stream wait for its last call and returns a
+ * fresh event recorded there (NULL when no call ran): what frees in stream
+ * order on x->own follow, and what parked memory waits for. -1 when CUDA
+ * fails. */
+int dgc_nccl_comm_after(dgc_nccl_comm *x, cudaEvent_t *after);
+
+/* Device memory from the memory pool in stream order on s (*pooled 1), or,
+ * where the device has none, cudaMalloc; freed by dgc_nccl_dev_free in
+ * stream order on s, or by cudaFree, which may wait for the device. */
+cudaError_t dgc_nccl_dev_alloc(void **p, size_t bytes, cudaStream_t s, int *pooled);
+void dgc_nccl_dev_free(void *p, int pooled, cudaStream_t s);
 
 /* ---- the configuration check (nccl_agree.c) ---- */
 
@@ -172,6 +233,7 @@ typedef struct {
     ncclComm_t comm;
     cudaStream_t stream;
     void *dev;            /* device buffer: this rank's words, then every rank's */
+    int dev_pooled;       /* dev came from the memory pool (dgc_nccl_dev_alloc) */
     uint64_t words[DGC_OPT_COUNT + 1]; /* this rank's words: the collective options' hashes, the parse flag */
     int issued;           /* the all-gather was issued */
     ncclResult_t rc;
@@ -216,7 +278,7 @@ void dgc_nccl_state_drop(dgc_nccl_call *k);
 /* ---- one compressed call (nccl_call.c) ---- */
 
 /* Why a rank has no state for a call (dgc_nccl_state_get). */
-enum { DGC_NCCL_LACK_NONE, DGC_NCCL_LACK_BUDGET, DGC_NCCL_LACK_DEVICE, DGC_NCCL_LACK_HOST };
+enum { DGC_NCCL_LACK_NONE, DGC_NCCL_LACK_BUDGET, DGC_NCCL_LACK_DEVICE, DGC_NCCL_LACK_HOST, DGC_NCCL_LACK_SETUP };
 
 /* A call held in a group only to keep its place: forwarded untouched. */
 enum {
@@ -294,6 +356,6 @@ int dgc_nccl_group_add_created(ncclComm_t comm);
 /* The communicator's record is closing (destroy or abort, maybe inside a
  * group): forgets what this thread's group holds for it. Returns how many
  * held-back calls were dropped. */
-int dgc_nccl_group_forget(const dgc_comm *c);
+int dgc_nccl_group_forget(dgc_comm *c);
 
 #endif

@@ -15,19 +15,32 @@
  * summed densely on every rank from then on (nccl_call.c); later, a rank
  * without its state takes part with the DGC_WIRE_FAILED flag. */
 #include <stdint.h>
+#include <stdio.h>
 
 #include "log.h"
 #include "nccl_internal.h"
 
-/* Frees the engine's state; called by the registry, under its lock, when
- * the entry goes (idle, retired, communicator closed), on the
- * communicator's device. */
+/* Frees the engine's state without a host wait; called by the registry,
+ * outside its lock, when the entry goes (idle, retired, communicator
+ * closed): its block in stream order on the communicator's own stream after
+ * the communicator's last work, its mapped counter parked until then
+ * (nccl_memory.c). */
 static void release_gpu(dgc_buffer *b) {
     dgc_gpu_state *s = b->gpu;
+    dgc_nccl_comm *x = b->gpu_owner;
     if (!s) return;
     b->stats.nonfinite = dgc_gpu_state_nonfinite(s);
-    dgc_gpu_state_destroy(s);
     b->gpu = NULL;
+    dgc_device_guard g;
+    if (dgc_device_enter(&g, x->device)) return; /* left allocated: no runtime to free it with */
+    cudaEvent_t after = NULL;
+    if (dgc_nccl_comm_after(x, &after)) {
+        DGC_DEBUG("a state's memory is left allocated: the communicator's last work cannot be waited for");
+    } else {
+        void *counter = dgc_gpu_state_release(s, x->own);
+        dgc_nccl_mapped_put(counter, sizeof(unsigned long long), after);
+    }
+    dgc_device_leave(&g);
 }
 
 static int fits(const dgc_gpu_shape *have, const dgc_gpu_shape *want) {
@@ -137,7 +150,10 @@ dgc_buffer *dgc_nccl_state_get(dgc_nccl_call *k, const dgc_config *cfg) {
         return NULL;
     }
     char err[256] = "";
-    dgc_gpu_state *s = dgc_gpu_state_create(&want, k->stream, err, sizeof err);
+    void *counter = dgc_nccl_mapped_get(sizeof(unsigned long long));
+    dgc_gpu_state *s = counter ? dgc_gpu_state_create_with(&want, k->stream, counter, err, sizeof err) : NULL;
+    if (!counter) snprintf(err, sizeof err, "no mapped pinned host memory for its counter");
+    else if (!s) dgc_nccl_mapped_put(counter, sizeof(unsigned long long), NULL);
     if (!s) {
         (void)cudaGetLastError(); /* handled here: the flagged payload's launches must not read it as theirs */
         DGC_DEBUG("no device memory for the state of a %llu-element buffer (%zu bytes: %s)",
@@ -146,11 +162,12 @@ dgc_buffer *dgc_nccl_state_get(dgc_nccl_call *k, const dgc_config *cfg) {
         return NULL;
     }
     if (dgc_registry_adopt(c, key, k->recv, k->count, s, dgc_gpu_state_bytes(s), release_gpu, &b) != DGC_CREATED) {
-        dgc_gpu_state_destroy(s);
+        dgc_nccl_mapped_put(dgc_gpu_state_release(s, k->stream), sizeof(unsigned long long), NULL);
         DGC_DEBUG("no host memory for the entry of a %llu-element buffer", (unsigned long long)k->count);
         k->lack = DGC_NCCL_LACK_HOST;
         return NULL;
     }
+    b->gpu_owner = dgc_nccl_ext(c);
     b->pinned = 1;
     DGC_DEBUG("state for %llu elements at %p (send buffer %p, NULL in place): %zu bytes of device memory",
               (unsigned long long)k->count, k->recv, key, dgc_gpu_state_bytes(s));
@@ -160,6 +177,7 @@ dgc_buffer *dgc_nccl_state_get(dgc_nccl_call *k, const dgc_config *cfg) {
 
 void dgc_nccl_state_drop(dgc_nccl_call *k) {
     if (!k->b) return;
+    dgc_nccl_chain_out(dgc_nccl_ext(k->c), k->stream); /* this call's work on it so far comes first */
     k->b->pinned = 0;
     dgc_registry_release_where(k->c, is_entry, k->b);
     k->b = NULL;
