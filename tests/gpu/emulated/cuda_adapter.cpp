@@ -16,7 +16,12 @@
  *   stream_is_capturing       hipStreamIsCapturing is not implemented (801,
  *                             or invalid value on the null stream, each
  *                             logged as an error); captures begun and ended
- *                             here are remembered and answered instead */
+ *                             here are remembered and answered instead
+ *   stream_query              hipStreamQuery never reads queued work as
+ *                             done; an event recorded after it answers
+ *   stream_wait_event_captures  hipStreamWaitEvent leaves the stream
+ *                             "under capture" into no graph; the host waits
+ *                             for the event instead */
 #include <hip/hip_runtime_api.h>
 
 #include <stddef.h>
@@ -84,6 +89,33 @@ EXPORT int cudaStreamCreateWithFlags(hipStream_t *s, unsigned int flags) {
 }
 EXPORT int cudaStreamDestroy(hipStream_t s) { FORWARD(hipStreamDestroy(s)); }
 EXPORT int cudaStreamSynchronize(hipStream_t s) { FORWARD(hipStreamSynchronize(s)); }
+/* stream_query: chipStar's hipStreamQuery never reads queued work as done
+ * (emulated.defects); an event recorded after that work does. */
+EXPORT int cudaStreamQuery(hipStream_t s) {
+    hipError_t e = hipStreamQuery(s);
+    if (e != hipErrorNotReady) return to_cuda(e);
+    hipEvent_t ev;
+    if (hipEventCreateWithFlags(&ev, hipEventDisableTiming) != hipSuccess) return to_cuda(e);
+    e = hipEventRecord(ev, s);
+    if (e == hipSuccess) e = hipEventQuery(ev);
+    (void)hipEventDestroy(ev);
+    return to_cuda(e);
+}
+EXPORT int cudaEventCreateWithFlags(hipEvent_t *e, unsigned int flags) { FORWARD(hipEventCreateWithFlags(e, flags)); }
+EXPORT int cudaEventRecord(hipEvent_t e, hipStream_t s) { FORWARD(hipEventRecord(e, s)); }
+EXPORT int cudaEventQuery(hipEvent_t e) { FORWARD(hipEventQuery(e)); }
+EXPORT int cudaEventSynchronize(hipEvent_t e) { FORWARD(hipEventSynchronize(e)); }
+EXPORT int cudaEventDestroy(hipEvent_t e) { FORWARD(hipEventDestroy(e)); }
+/* stream_wait_event_captures: chipStar's hipStreamWaitEvent marks the
+ * stream as under capture into a graph never made, and the stream's next
+ * operation crashes; the host waits for the event instead, which orders
+ * the stream's later work after it all the same (on the emulated device an
+ * event's work always ends: the stand-in NCCL runs collectives when they
+ * are called). */
+EXPORT int cudaStreamWaitEvent(hipStream_t s, hipEvent_t e, unsigned int flags) {
+    (void)s, (void)flags;
+    FORWARD(hipEventSynchronize(e));
+}
 EXPORT int cudaLaunchHostFunc(hipStream_t s, void (*fn)(void *), void *arg) { FORWARD(hipLaunchHostFunc(s, fn, arg)); }
 EXPORT int cudaGetLastError(void) { FORWARD(hipGetLastError()); }
 EXPORT int cudaPeekAtLastError(void) { FORWARD(hipPeekAtLastError()); }
@@ -107,6 +139,17 @@ EXPORT int cudaStreamEndCapture(hipStream_t s, hipGraph_t *graph) {
         capturing.erase(s);
     }
     FORWARD(hipStreamEndCapture(s, graph));
+}
+
+/* The thread's capture mode, kept here: chipStar captures nothing the shim
+ * could disturb, so the mode changes nothing but what the next exchange
+ * hands back (cudaStreamCaptureModeGlobal 0, the default). */
+EXPORT int cudaThreadExchangeStreamCaptureMode(int *mode) {
+    static thread_local int current = 0;
+    const int was = current;
+    current = *mode;
+    *mode = was;
+    return 0;
 }
 
 /* cudaStreamCaptureStatus: 0 none, 1 active (hip's values too). Not asked

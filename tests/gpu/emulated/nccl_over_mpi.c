@@ -18,7 +18,8 @@
  *   is the sum divided by the rank count;
  * - every MPI call is a PMPI_ one, so that a preloaded shim's MPI front end
  *   never sees this library's traffic, and they are serialised by one lock;
- *   a wait polls, so that ncclCommAbort from another thread ends it;
+ *   a wait polls, so that ncclCommAbort from another thread ends it (200 ms
+ *   later, so that the aborting thread has returned first, as on a GPU);
  * - ncclCommInitRank finds its peers through the rank that made the
  *   ncclUniqueId (it must be a member): each member sends its world rank
  *   there, the maker answers with the list, and all build the MPI
@@ -63,7 +64,14 @@ static ncclResult_t wait_request(ncclComm_t comm, MPI_Request *req) {
         pthread_mutex_unlock(&mpi_lock);
         if (rc != MPI_SUCCESS) return ncclSystemError;
         if (done) return ncclSuccess;
-        if (comm && comm->aborted) return ncclRemoteError; /* the request is left behind with the communicator */
+        if (comm && comm->aborted) { /* the request is left behind with the communicator */
+            /* NCCL's kernels see the abort flag at their next poll, and the
+             * waiting thread its stream later still: the aborting thread
+             * is done first, as it is on a GPU. */
+            struct timespec ts = {0, 200000000};
+            nanosleep(&ts, NULL);
+            return ncclRemoteError;
+        }
         sched_yield();
     }
 }

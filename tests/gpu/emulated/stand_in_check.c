@@ -11,7 +11,8 @@
  *   nccl* aliases;
  * - the CUDA runtime adapter (cuda_adapter.cpp): cudaGetDevice as the
  *   first call says 0; cudaStreamIsCapturing says none, then active during a
- *   capture; cudaMemGetInfo's free memory falls by an allocation and comes
+ *   capture; cudaStreamQuery reads a queued copy as done; cudaMemGetInfo's
+ *   free memory falls by an allocation and comes
  *   back when it is freed; an allocation past the memory is
  *   cudaErrorMemoryAllocation.
  * Prints PASS emulated.stand_ins rank R, or FAIL with what differed. */
@@ -25,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int rank, nranks;
 
@@ -302,6 +304,16 @@ static void check_adapter(void) {
     CUDA_OK(cudaGraphDestroy(g));
     CUDA_OK(cudaStreamIsCapturing(s, &st));
     if (st != cudaStreamCaptureStatusNone) fail("a stream after its capture says %d", (int)st);
+    static char host[4096];
+    void *q = dev(sizeof host);
+    CUDA_OK(cudaMemcpyAsync(host, q, sizeof host, cudaMemcpyDeviceToHost, s));
+    cudaError_t qe = cudaErrorNotReady;
+    for (int i = 0; i < 3000 && qe == cudaErrorNotReady; i++) {
+        struct timespec ts = {0, 1000000};
+        if ((qe = cudaStreamQuery(s)) == cudaErrorNotReady) nanosleep(&ts, NULL);
+    }
+    if (qe != cudaSuccess) fail("cudaStreamQuery after a queued copy, polled 3 s: %d, want cudaSuccess", (int)qe);
+    CUDA_OK(cudaFree(q));
     size_t f0, f1, f2, t;
     const size_t big = 64u << 20;
     CUDA_OK(cudaMemGetInfo(&f0, &t));

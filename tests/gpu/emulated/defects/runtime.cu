@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cuda_bf16.h>
 
@@ -180,6 +181,47 @@ void check_runtime_api() {
              (int)st);
     report(e == hipSuccess && st == hipStreamCaptureStatusNone, "stream_is_capturing", seen);
     (void)hipGetLastError();
+    /* stream_query: a queued copy, polled for 3 s, never reads as done by
+     * hipStreamQuery, while an event recorded after it does (the adapter
+     * answers cudaStreamQuery with such an event). */
+    void *d = nullptr;
+    static char host[4096];
+    CK(hipMalloc(&d, sizeof host));
+    CK(hipMemcpyAsync(host, d, sizeof host, hipMemcpyDeviceToHost, s));
+    hipEvent_t ev;
+    CK(hipEventCreateWithFlags(&ev, hipEventDisableTiming));
+    CK(hipEventRecord(ev, s));
+    hipError_t q = hipErrorNotReady, qe = hipErrorNotReady;
+    for (int i = 0; i < 3000 && (q == hipErrorNotReady || qe == hipErrorNotReady); i++) {
+        if (q == hipErrorNotReady) q = hipStreamQuery(s);
+        if (qe == hipErrorNotReady) qe = hipEventQuery(ev);
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, nullptr);
+    }
+    snprintf(seen, sizeof seen, "hipStreamQuery after a queued copy, polled 3 s: %d (CUDA: 0); an event after it: %d",
+             (int)q, (int)qe);
+    report(q == hipSuccess, "stream_query", seen);
+    CK(hipStreamSynchronize(s));
+    /* stream_wait_event_captures: hipStreamWaitEvent marks the waiting
+     * stream as under capture, into a graph never made, so that its next
+     * operation is "captured" through a wild pointer; a capture begun on it
+     * is refused as one already under way (CUDA: it begins). The stream is
+     * left as it is: any use of it could crash. */
+    hipStream_t w;
+    CK(hipStreamCreate(&w));
+    CK(hipStreamWaitEvent(w, ev, 0));
+    const hipError_t b = hipStreamBeginCapture(w, hipStreamCaptureModeGlobal);
+    snprintf(seen, sizeof seen, "hipStreamBeginCapture after hipStreamWaitEvent: error %d (CUDA: 0)", (int)b);
+    report(b == hipSuccess, "stream_wait_event_captures", seen);
+    if (b == hipSuccess) {
+        hipGraph_t g;
+        CK(hipStreamEndCapture(w, &g));
+        CK(hipGraphDestroy(g));
+        CK(hipStreamDestroy(w));
+    }
+    (void)hipGetLastError();
+    CK(hipEventDestroy(ev));
+    CK(hipFree(d));
     CK(hipStreamDestroy(s));
 }
 #endif
