@@ -24,6 +24,7 @@
 #include <math.h>
 #include <mpi.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -31,6 +32,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "../../common/round16_ref.h"
 
@@ -1266,6 +1269,208 @@ static void case_misaligned(void) {
     NCCL_OK(ncclCommDestroy(comm));
 }
 
+/* A compressed call on a fresh buffer on stream s2 while this thread
+ * captures s1 in global mode: the call allocates its state (and more), which
+ * global mode forbids unless the shim relaxes its own thread's mode. The
+ * capture survives (cudaStreamEndCapture succeeds, the graph runs) and the
+ * call's output is the reference's. */
+static void case_capture_elsewhere(void) {
+    ncclComm_t comm = make_comm(1);
+    cudaStream_t s1, s2;
+    CUDA_OK(cudaStreamCreate(&s1));
+    CUDA_OK(cudaStreamCreate(&s2));
+    const long n = 30000;
+    const size_t bytes = (size_t)n * sizeof(float);
+    float *g = malloc(bytes), *out = malloc(bytes), *want = malloc(bytes);
+    if (!g || !out || !want) fail("no host memory");
+    float *x = dev_alloc(bytes), *z = dev_alloc(bytes);
+    dgc_ref R = ref_new(n, 0.99);
+    fill(g, rank, 530, 0, n);
+    upload(x, g, bytes);
+    upload(z, g, bytes);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_OK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeGlobal));
+    CUDA_OK(cudaMemsetAsync(z, 0, bytes, s1));
+    ncclResult_t r = ncclAllReduce(x, x, (size_t)n, ncclFloat32, ncclSum, comm, s2);
+    cudaError_t e = cudaStreamEndCapture(s1, &graph);
+    if (e != cudaSuccess)
+        fail("cudaStreamEndCapture(s1) after a compressed call on s2: %s (the call returned %d)", cudaGetErrorString(e),
+             (int)r);
+    NCCL_OK(r);
+    download(out, x, bytes, s2);
+    ref_step(&R, 530, 0, 1, want);
+    expect_equal(out, want, n, "compressed on s2 while s1 captured");
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    CUDA_OK(cudaGraphLaunch(exec, s1));
+    download(out, z, bytes, s1);
+    for (long i = 0; i < n; i++)
+        if (out[i] != 0.0f) fail("the captured graph did not run: element %ld is %g", i, (double)out[i]);
+    CUDA_OK(cudaGraphExecDestroy(exec));
+    CUDA_OK(cudaGraphDestroy(graph));
+    NCCL_OK(ncclCommDestroy(comm));
+}
+
+/* ---- threads: an abort while a call waits ---- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct {
+    ncclComm_t first, then; /* aborted in this order (then may be NULL) */
+    double delay;           /* seconds before the first abort */
+    double took;            /* how long the first abort took */
+    ncclResult_t rc[2];
+} aborter;
+
+/* PyTorch's watchdog: aborts from a thread of its own while the training
+ * thread is inside a collective. */
+static void *abort_later(void *arg) {
+    aborter *a = arg;
+    struct timespec ts = {(time_t)a->delay, (long)((a->delay - (double)(time_t)a->delay) * 1e9)};
+    nanosleep(&ts, NULL);
+    double t0 = now_s();
+    a->rc[0] = ncclCommAbort(a->first);
+    a->took = now_s() - t0;
+    a->rc[1] = a->then ? ncclCommAbort(a->then) : ncclSuccess;
+    return NULL;
+}
+
+/* Rank 0's first compressed call waits for rank 1, which never makes it
+ * (the ranks' vote at a count's first call); after 3 s a second thread
+ * aborts the communicator. The call returns an error, and nothing of the
+ * record it was using is freed under it (the shim's ASan build, and
+ * compute-sanitizer on the device, would see it; on the emulated device
+ * freed memory reads 0xff). Rank 1 then aborts its side. */
+static void case_abort_thread(void) {
+    ncclComm_t comm = make_comm(1);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    const long n = 30000;
+    float *buf = dev_alloc((size_t)n * sizeof(float));
+    int done = 0;
+    if (rank == 0) {
+        aborter a = {.first = comm, .delay = 3.0};
+        pthread_t t;
+        if (pthread_create(&t, NULL, abort_later, &a)) fail("pthread_create");
+        double t0 = now_s();
+        ncclResult_t r = ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, comm, s);
+        double waited = now_s() - t0;
+        pthread_join(t, NULL);
+        if (r == ncclSuccess) {
+            /* NCCL may enqueue and return: the wait is then in the stream */
+            cudaError_t e = cudaStreamSynchronize(s);
+            fail("the call returned ncclSuccess although its peer never called (stream: %s)", cudaGetErrorString(e));
+        }
+        if (a.rc[0] != ncclSuccess) fail("ncclCommAbort from the second thread returned %d", (int)a.rc[0]);
+        printf("gpu.nccl.%s rank 0: the call returned %d (%s) after %.1f s; the abort took %.3f s\n", case_name,
+               (int)r, ncclGetErrorString(r), waited, a.took);
+        done = 1;
+        MPI_Send(&done, 1, MPI_INT, 1, 7, MPI_COMM_WORLD);
+    } else {
+        MPI_Recv(&done, 1, MPI_INT, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        NCCL_OK(ncclCommAbort(comm));
+    }
+    (void)cudaGetLastError();
+}
+
+/* One process, two communicators on one device: A of this rank alone, with
+ * a state, and B of both ranks, whose peer never calls, so that B's
+ * compressed call waits (its kernel stuck on the device). Aborting A from a
+ * second thread must not wait for B's work: it returns within 10 s. Then B
+ * is aborted too, which ends the waiting call with an error. */
+static void case_abort_other(void) {
+    ncclUniqueId ida;
+    ncclComm_t a = NULL;
+    if (rank == 0) {
+        NCCL_OK(ncclGetUniqueId(&ida));
+        NCCL_OK(ncclCommInitRank(&a, 1, ida, 0));
+    }
+    ncclComm_t b = make_comm(1);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    const long n = 30000;
+    const size_t bytes = (size_t)n * sizeof(float);
+    float *x = dev_alloc(bytes), *y = dev_alloc(bytes), *g = malloc(bytes);
+    if (!g) fail("no host memory");
+    int done = 0;
+    if (rank == 0) {
+        for (long step = 0; step < 3; step++) { /* A's state */
+            fill(g, 0, 600, step, n);
+            upload(x, g, bytes);
+            NCCL_OK(ncclAllReduce(x, x, (size_t)n, ncclFloat32, ncclSum, a, s));
+        }
+        CUDA_OK(cudaStreamSynchronize(s));
+        aborter ab = {.first = a, .then = b, .delay = 2.0};
+        pthread_t t;
+        if (pthread_create(&t, NULL, abort_later, &ab)) fail("pthread_create");
+        ncclResult_t r = ncclAllReduce(y, y, (size_t)n, ncclFloat32, ncclSum, b, s);
+        pthread_join(t, NULL);
+        if (ab.rc[0] != ncclSuccess || ab.rc[1] != ncclSuccess)
+            fail("the aborts returned %d and %d", (int)ab.rc[0], (int)ab.rc[1]);
+        if (!(ab.took < 10.0)) fail("ncclCommAbort(A) took %.1f s: it waited for B's work", ab.took);
+        if (r == ncclSuccess) fail("B's call returned ncclSuccess although its peer never called");
+        printf("gpu.nccl.%s rank 0: ncclCommAbort(A) took %.3f s; B's call returned %d\n", case_name, ab.took, (int)r);
+        done = 1;
+        MPI_Send(&done, 1, MPI_INT, 1, 8, MPI_COMM_WORLD);
+    } else {
+        MPI_Recv(&done, 1, MPI_INT, 0, 8, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        NCCL_OK(ncclCommAbort(b));
+    }
+    (void)cudaGetLastError();
+    free(g);
+}
+
+/* A non-blocking communicator, a count's first call in a group, rank 1
+ * two seconds late: the shim's ncclGroupEnd returns once the held-back
+ * call is enqueued, which at a count's first call means after the ranks'
+ * vote, so rank 0's takes about as long as rank 1 is late (documented:
+ * docs/nccl.md, non-blocking communicators). The result is the reference's
+ * either way. */
+static void case_nonblocking_late(void) {
+    ncclComm_t comm = make_comm(0);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    const long n = 30000;
+    const size_t bytes = (size_t)n * sizeof(float);
+    float *g = malloc(bytes), *out = malloc(bytes), *want = malloc(bytes);
+    if (!g || !out || !want) fail("no host memory");
+    float *x = dev_alloc(bytes);
+    dgc_ref R = ref_new(n, 0.99);
+    /* A non-blocking communicator is checked at its first float sum: one of
+     * another count, outside a group, comes first (inside one it would pass
+     * through). */
+    fill(g, rank, 719, 0, n);
+    upload(x, g, bytes);
+    ncclResult_t r = ncclAllReduce(x, x, 4096, ncclFloat32, ncclSum, comm, s);
+    if (r != ncclSuccess && r != ncclInProgress) fail("the first ncclAllReduce: %d", (int)r);
+    wait_comm(comm);
+    CUDA_OK(cudaStreamSynchronize(s));
+    fill(g, rank, 720, 0, n);
+    upload(x, g, bytes);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 1) sleep(2);
+    double t0 = now_s();
+    NCCL_OK(ncclGroupStart());
+    r = ncclAllReduce(x, x, (size_t)n, ncclFloat32, ncclSum, comm, s);
+    if (r != ncclSuccess && r != ncclInProgress) fail("ncclAllReduce in a group: %d", (int)r);
+    r = ncclGroupEnd();
+    double took = now_s() - t0;
+    if (r != ncclSuccess && r != ncclInProgress) fail("ncclGroupEnd: %d", (int)r);
+    wait_comm(comm);
+    download(out, x, bytes, s);
+    ref_step(&R, 720, 0, 1, want);
+    expect_equal(out, want, n, "a count's first call, one rank late");
+    printf("gpu.nccl.%s rank %d: ncclGroupEnd took %.2f s (returned %d)\n", case_name, rank, took, (int)r);
+    if (rank == 0 && took < 1.5)
+        fail("ncclGroupEnd returned after %.2f s, before the late rank's vote: the call cannot have been enqueued",
+             took);
+    NCCL_OK(ncclCommDestroy(comm));
+}
+
 /* ---- the table ---- */
 
 typedef struct {
@@ -1330,6 +1535,11 @@ static const test_case cases[] = {
     {"moved", case_moved, {SPARSE, "DGC_MOMENTUM=0.9", "DGC_STATS=1", "DGC_LOG_LEVEL=debug"}, NULL},
     {"misaligned", case_misaligned, {SPARSE, "DGC_STATS=1"}, NULL},
     {"dense_misaligned", case_misaligned, {SPARSE, DENSE, "DGC_STATS=1"}, NULL},
+    {"capture_elsewhere", case_capture_elsewhere, {SPARSE, "DGC_MIN_RANKS=1", "DGC_STATS=1"}, NULL},
+    /* Threads and waits. */
+    {"abort_thread", case_abort_thread, {SPARSE, "DGC_STATS=1"}, NULL},
+    {"abort_other", case_abort_other, {SPARSE, "DGC_MIN_RANKS=1", "DGC_STATS=1"}, NULL},
+    {"nonblocking_late", case_nonblocking_late, {SPARSE, "DGC_STATS=1"}, NULL},
     {"dense_moved", case_moved, {SPARSE, DENSE, "DGC_MOMENTUM=0.9", "DGC_STATS=1", "DGC_LOG_LEVEL=debug"}, NULL},
 };
 
@@ -1345,7 +1555,8 @@ static void set_env(const char *assignment) {
 int main(int argc, char **argv) {
     /* PMPI_Init: the shim's MPI_Init would read and check the environment
      * itself; this program is an NCCL job to the shim. */
-    if (PMPI_Init(&argc, &argv) != MPI_SUCCESS) return 1;
+    int provided = 0; /* threads of some cases call NCCL, never MPI */
+    if (PMPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) return 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     if (argc != 2) fail("usage: nccl_check CASE");
