@@ -9,9 +9,9 @@
 # and the benchmark's included).
 #
 #   scripts/gpu-session.sh [--deadline S] [--out DIR] [PHASE...]
-#     PHASE       env engine nccl ddp bench sanitizers (default: env engine ddp nccl;
-#                 a second call on the warm machine: bench sanitizers, whose build is
-#                 then incremental)
+#     PHASE       env engine nccl ddp watchdog bench sanitizers (default: env engine ddp
+#                 nccl; a second call on the warm machine: watchdog bench sanitizers,
+#                 whose build is then incremental)
 #     --deadline  seconds for the whole command (default 540, under the tool's 600)
 #     --out       what comes back (default $OUT, else build-gpu/session)
 #
@@ -24,8 +24,8 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --deadline) deadline=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    env|engine|nccl|ddp|bench|sanitizers) phases+=("$1"); shift ;;
-    *) echo "gpu-session.sh: unknown argument $1 (phases: env engine nccl ddp bench sanitizers)" >&2; exit 2 ;;
+    env|engine|nccl|ddp|watchdog|bench|sanitizers) phases+=("$1"); shift ;;
+    *) echo "gpu-session.sh: unknown argument $1 (phases: env engine nccl ddp watchdog bench sanitizers)" >&2; exit 2 ;;
   esac
 done
 [ ${#phases[@]} -gt 0 ] || phases=(env engine ddp nccl)
@@ -62,7 +62,8 @@ phase_cmd() { # phase -> the command and its cap in seconds (env: preflight, a f
   case "$1" in
     engine) cap=170 cmd=("$T" --out "$logs" --no-ddp --only '^gpu\.engine\.') ;;
     nccl) cap=200 cmd=("$T" --out "$logs" --no-ddp --only '^gpu\.nccl\.') ;;
-    ddp) cap=200 cmd=("$T" --out "$logs" --only '^ddp\.') ;;
+    ddp) cap=200 cmd=("$T" --out "$logs" --only '^ddp\.two_ranks$') ;;
+    watchdog) cap=150 cmd=("$T" --out "$logs" --only '^ddp\.shim_on_one_rank$') ;;
     bench) cap=200 cmd=("$T" --out "$logs" --no-checks --bench) ;;
     sanitizers) cap=300 cmd=("$T" --out "$logs" --no-ddp --only '^sanitizer\.') ;;
     env) cap=60 cmd=() ;;

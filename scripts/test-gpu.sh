@@ -7,7 +7,8 @@
 #   - compute-sanitizer memcheck and racecheck on the engine checks;
 #   - NCCL with 1 rank, and 2 ranks sharing the one GPU (gpu.nccl.*);
 #   - the PyTorch DDP trainer on 2 ranks under the shim: it learns, both
-#     ranks end with identical parameters, every bucket compressed.
+#     ranks end with identical parameters, every bucket compressed;
+#   - DDP with the shim on one rank only: PyTorch's timeout ends the job.
 # Two ranks on one GPU need NCCL 2.30+ with NCCL_MULTI_RANK_GPU_ENABLE=1:
 # point NCCL_PRELOAD at such a libnccl.so.2 (default .gpu/nccl/libnccl.so.2,
 # which scripts/gpu-carry.sh copies from ../shared/nccl).
@@ -17,7 +18,8 @@
 #     --bench       also run bench/gpu/run.sh (engine, torch.topk, official DGC), in DIR/bench
 #     --no-checks   no checks at all (with --bench: the build and the benchmark alone)
 #     --only REGEX  only the checks whose names match (extended regex: gpu.engine.*,
-#                   gpu.nccl.*, sanitizer.memcheck, sanitizer.racecheck, ddp.two_ranks);
+#                   gpu.nccl.*, sanitizer.memcheck, sanitizer.racecheck, ddp.two_ranks,
+#                   ddp.shim_on_one_rank);
 #                   the build always runs (incremental): lets a session split the run
 #                   over several device calls of limited length
 set -uo pipefail
@@ -137,6 +139,11 @@ if [ "$ddp" = 1 ] && wanted ddp.two_ranks; then
   echo "DDP data: ${data_args[*]}"
   PYTHON=${PYTHON:-python3} RUN_TIMEOUT=${RUN_TIMEOUT:-120} \
     check ddp.two_ranks scripts/ddp_side_by_side.sh --out "$out/ddp" "${data_args[@]}"
+fi
+# The shim on one rank only: the job must end with PyTorch's timeout (60 s)
+# within about 90 s, not hang in a wait of the shim's.
+if [ "$ddp" = 1 ] && wanted ddp.shim_on_one_rank; then
+  check ddp.shim_on_one_rank tests/gpu/torch/one_sided.sh --out "$out/one_sided"
 fi
 
 engine=build-gpu/tests/gpu/engine/gpu_engine_check

@@ -1599,7 +1599,39 @@ void case_sum_rules() {
            in.size(), checked);
 }
 
+/* Mapped pinned host memory, which the device's report and every state's
+ * counter live in: a kernel writes a mapped word through its device
+ * pointer, and the host reads it back after the stream is done. First in
+ * the device session: everything on the NCCL path depends on it. */
+__global__ void write_word(volatile unsigned long long *w, unsigned long long v) { *w = v; }
+
+void case_mapped() {
+    unsigned long long *host = nullptr, *dev = nullptr;
+    cudaError_t e = cudaHostAlloc((void **)&host, sizeof *host, cudaHostAllocMapped);
+    if (e != cudaSuccess) {
+        fail("cudaHostAlloc(cudaHostAllocMapped): %s", cudaGetErrorString(e));
+        return;
+    }
+    *host = 0;
+    e = cudaHostGetDevicePointer((void **)&dev, host, 0);
+    if (e != cudaSuccess) fail("cudaHostGetDevicePointer: %s", cudaGetErrorString(e));
+    const unsigned long long want = 0x5eed5eedcafef00dull;
+    if (e == cudaSuccess) {
+        write_word<<<1, 1>>>(dev, want);
+        CK(cudaGetLastError());
+        CK(cudaDeviceSynchronize());
+        if (*(volatile unsigned long long *)host != want)
+            fail("the host read 0x%llx from a mapped word the kernel wrote 0x%llx to", *host, want);
+    }
+    dgc_gpu_report *r = dgc_gpu_report_create();
+    if (!r) fail("dgc_gpu_report_create: %s", dgc_gpu_last_error());
+    dgc_gpu_report_destroy(r);
+    CK(cudaFreeHost(host));
+    printf("%s gpu.engine.mapped: a kernel's write to mapped host memory reaches the host\n", verdict());
+}
+
 const named_case kCases[] = {
+    {"mapped", case_mapped},
     {"against_host", case_against_host}, {"half_inputs", case_half_inputs}, {"determinism", case_determinism},
     {"bad_payloads", case_bad_payloads}, {"nonfinite", case_nonfinite},     {"overflow", case_overflow},
     {"ties", case_ties},                     {"large", case_large},                   {"dense_transport", case_dense_transport},
