@@ -59,7 +59,25 @@ EXPORT int cudaMalloc(void **p, size_t size) { FORWARD(hipMalloc(p, size)); }
 EXPORT int cudaFree(void *p) { FORWARD(hipFree(p)); }
 EXPORT int cudaMallocAsync(void **p, size_t size, hipStream_t s) { FORWARD(hipMallocAsync(p, size, s)); }
 EXPORT int cudaFreeAsync(void *p, hipStream_t s) { FORWARD(hipFreeAsync(p, s)); }
-EXPORT int cudaHostAlloc(void **p, size_t size, unsigned int flags) { FORWARD(hipHostMalloc(p, size, flags)); }
+/* DGC_EMU_HOSTALLOC_FAILS=N, a fault a test injects: the process's first N
+ * calls fail as a device without pinned memory left would
+ * (gpu.nccl.setup_failed). */
+EXPORT int cudaHostAlloc(void **p, size_t size, unsigned int flags) {
+    static std::mutex m;
+    static long fail_left = -1;
+    {
+        std::lock_guard<std::mutex> g(m);
+        if (fail_left < 0) {
+            const char *n = getenv("DGC_EMU_HOSTALLOC_FAILS");
+            fail_left = n ? strtol(n, nullptr, 10) : 0;
+        }
+        if (fail_left > 0) {
+            fail_left--;
+            return 2; /* cudaErrorMemoryAllocation */
+        }
+    }
+    FORWARD(hipHostMalloc(p, size, flags));
+}
 EXPORT int cudaFreeHost(void *p) { FORWARD(hipHostFree(p)); }
 EXPORT int cudaHostGetDevicePointer(void **dev, void *host, unsigned int flags) {
     FORWARD(hipHostGetDevicePointer(dev, host, flags));

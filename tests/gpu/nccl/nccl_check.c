@@ -1311,6 +1311,34 @@ static void case_capture_elsewhere(void) {
     NCCL_OK(ncclCommDestroy(comm));
 }
 
+/* Rank 1's communicator setup fails: no mapped pinned memory for the
+ * device's report (the emulated device's adapter refuses the process's
+ * first cudaHostAlloc: DGC_EMU_HOSTALLOC_FAILS=1, a fault the test
+ * injects). Its record opens all the same and it votes "no state", so
+ * every rank sums the buffer densely, exactly, at every step (before, rank
+ * 1 failed its calls without issuing anything and rank 0 waited for ever). */
+static void case_setup_failed(void) {
+    ncclComm_t comm = make_comm(1);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    const long n = 30000;
+    const size_t bytes = (size_t)n * sizeof(float);
+    float *g = malloc(bytes), *out = malloc(bytes), *want = malloc(bytes), *scratch = malloc(bytes);
+    if (!g || !out || !want || !scratch) fail("no host memory");
+    float *x = dev_alloc(bytes);
+    for (long step = 0; step < 3; step++) {
+        fill(g, rank, 540 + (uint64_t)step, 0, n);
+        upload(x, g, bytes);
+        NCCL_OK(ncclAllReduce(x, x, (size_t)n, ncclFloat32, ncclSum, comm, s));
+        download(out, x, bytes, s);
+        dense_reference(540 + (uint64_t)step, n, want, scratch);
+        expect_equal(out, want, n, "summed densely: a rank's setup failed");
+    }
+    CUDA_OK(cudaFree(x));
+    free(g), free(out), free(want), free(scratch);
+    NCCL_OK(ncclCommDestroy(comm));
+}
+
 /* ---- threads: an abort while a call waits ---- */
 
 static double now_s(void) {
@@ -1536,6 +1564,7 @@ static const test_case cases[] = {
     {"misaligned", case_misaligned, {SPARSE, "DGC_STATS=1"}, NULL},
     {"dense_misaligned", case_misaligned, {SPARSE, DENSE, "DGC_STATS=1"}, NULL},
     {"capture_elsewhere", case_capture_elsewhere, {SPARSE, "DGC_MIN_RANKS=1", "DGC_STATS=1"}, NULL},
+    {"setup_failed", case_setup_failed, {SPARSE, "DGC_STATS=1", "DGC_LOG_LEVEL=info"}, "DGC_EMU_HOSTALLOC_FAILS=1"},
     /* Threads and waits. */
     {"abort_thread", case_abort_thread, {SPARSE, "DGC_STATS=1"}, NULL},
     {"abort_other", case_abort_other, {SPARSE, "DGC_MIN_RANKS=1", "DGC_STATS=1"}, NULL},
