@@ -1,7 +1,7 @@
 /* Shared by the NCCL front-end files (shim/nccl_*.c).
  *
  * The front end knows NCCL and nothing of DGC beyond the engine's entry
- * points (engine_cuda.h) and the policy. Its rules, from ../shared/DESIGN.md:
+ * points (engine_cuda.h) and the policy. Its rules, from docs/design.md:
  *   - whether a call is compressed, and everything that sets a message
  *     size, is a function of count, datatype, op, communicator size,
  *     configuration and per-communicator call counters: the same on every
