@@ -1,4 +1,4 @@
-/* compact_bench: the compact payload's encoder and expander (shim/wire_compact.c)
+/* compact_bench: the compact payload's encoder and expander (shim/wire/compact.c)
  * against memcpy, measured in the same run.
  *
  * For each k and value width it builds one realistic plain payload of k pairs
@@ -145,7 +145,7 @@ out:
 /* The sum of o->ranks payloads of k pairs into an n-float output, as a rank
  * decodes a step: expanding each into the plain layout then adding the plain
  * pairs (dgc_compact_expand, dgc_wire_decode_zeroed: the way before
- * wire_sum.c), against dgc_compact_add reading them in place. Both start
+ * wire/sum.c), against dgc_compact_add reading them in place. Both start
  * from a zeroed output; their outputs are compared bit for bit first. */
 static int run_sum(const options *o, uint64_t k, unsigned vb) {
     const uint64_t n = o->n;

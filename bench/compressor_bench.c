@@ -43,7 +43,7 @@
 #include "bench_util.h"
 #include "dgcshim/wire.h"
 #include "dgcshim/wire_compact.h"
-#include "topk.h"
+#include "engine/topk.h"
 
 typedef struct {
     uint64_t n;

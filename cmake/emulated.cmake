@@ -52,7 +52,7 @@ set(DGC_CUCC_FLAGS -std=c++17 -O2 -ffp-contract=off -fPIC -DCCCL_DISABLE_NVTX
     -I${DGC_EMULATED_DIR} -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/shim
     -include ${DGC_EMULATED_DIR}/compat.h)
 file(GLOB DGC_CUCC_HEADERS ${PROJECT_SOURCE_DIR}/kernels/*.cuh ${PROJECT_SOURCE_DIR}/include/dgcshim/*.h
-     ${PROJECT_SOURCE_DIR}/shim/*.h ${DGC_EMULATED_DIR}/*.h ${DGC_EMULATED_DIR}/cub/*.cuh
+     ${PROJECT_SOURCE_DIR}/shim/*/*.h ${DGC_EMULATED_DIR}/*.h ${DGC_EMULATED_DIR}/cub/*.cuh
      ${DGC_EMULATED_DIR}/cub/*/*.cuh)
 
 # dgc_cucc_objects(OUT_VAR SOURCES...): one object per source, by cucc, in

@@ -1,5 +1,5 @@
 /* The compact payload's rules (wire_compact.h), written once for the host
- * codec (shim/wire_compact.c) and the CUDA one (kernels/compact.cu), which
+ * codec (shim/wire/compact.c) and the CUDA one (kernels/compact.cu), which
  * compiles this header with DGC_HOSTDEV = __host__ __device__.
  *
  * Two kinds of rules live here:

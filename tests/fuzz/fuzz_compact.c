@@ -1,5 +1,5 @@
-/* libFuzzer target for the compact payload's readers (shim/wire_compact.c,
- * shim/wire_sum.c): the expander turns what another rank sent into a plain
+/* libFuzzer target for the compact payload's readers (shim/wire/compact.c,
+ * shim/wire/sum.c): the expander turns what another rank sent into a plain
  * payload, so whatever arrives it must either reject with a message or give
  * the one plain payload that the bytes stand for; and what it accepts must
  * be canonical: encoding the result gives back the same bytes. The checker

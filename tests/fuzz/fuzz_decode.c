@@ -1,4 +1,4 @@
-/* libFuzzer target for the wire decoder (shim/wire.c): the only code that
+/* libFuzzer target for the wire decoder (shim/wire/wire.c): the only code that
  * writes what other ranks sent into user memory, so whatever arrives it must
  * either reject with a message and leave the output alone, or sum it exactly.
  *

@@ -1,4 +1,4 @@
-/* libFuzzer target for the host engine's round trip (shim/engine_host.c):
+/* libFuzzer target for the host engine's round trip (shim/engine/host.c):
  * compress, decode the one payload, commit or discard, for a few steps, on
  * gradients of any bit pattern (NaN, Inf, subnormals, huge values).
  *

@@ -1,4 +1,4 @@
-/* Unit tests for shim/wire_compact.c: the layout against a brute force, the
+/* Unit tests for shim/wire/compact.c: the layout against a brute force, the
  * scaled binary16 rounding against two references written here from the
  * format (an enumeration of binary16 patterns, and the quantum rule in
  * double arithmetic), the scale's canonical property, independence from the
@@ -1336,7 +1336,7 @@ Test(compact_ratio, sparsity_999_permille_of_669706_floats_is_over_a_thousandfol
     cr_assert(ratio >= 1100.0, "4n / bytes = %.1f, below 1100", ratio);
 }
 
-/* ---- the sum of gathered payloads, read in place (shim/wire_sum.c) ---------- */
+/* ---- the sum of gathered payloads, read in place (shim/wire/sum.c) ---------- */
 
 /* nranks payloads of k slots over n (rank r holds k - r % 3 real pairs, so
  * counts differ), encoded into gathered (L.bytes apart) and expanded into

@@ -1,4 +1,4 @@
-/* Unit tests for shim/config.c: the DGC_* table, parser, hash, description and
+/* Unit tests for shim/core/config.c: the DGC_* table, parser, hash, description and
  * the README's option table. The environment is a small name=value table read
  * through a dgc_env_lookup, never setenv. */
 #include <criterion/criterion.h>

@@ -1,4 +1,4 @@
-/* Unit tests for the host DGC engine (shim/engine_host.c): the warm-up
+/* Unit tests for the host DGC engine (shim/engine/host.c): the warm-up
  * schedule, k, and compress/commit/discard against a straightforward
  * reference implementation of one DGC step written here. */
 #include <criterion/criterion.h>

@@ -1,4 +1,4 @@
-/* Unit tests for the update stream's variants (shim/engine_stream.c): every
+/* Unit tests for the update stream's variants (shim/engine/stream.c): every
  * instruction-set variant the CPU runs must give bit-for-bit what the generic
  * one gives (new u and v, zeroed output, candidates in index order, the
  * non-finite flag, the overflow count), and the generic one what the
@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "dgcshim/update_rules.h"
-#include "engine_stream.h"
+#include "engine/stream.h"
 
 static uint64_t rng_state;
 

@@ -1,4 +1,4 @@
-/* Unit tests for shim/topk.c: the quickselects behind the host engine's
+/* Unit tests for shim/engine/topk.c: the quickselects behind the host engine's
  * selection. Every expectation comes from sorting a copy of the input. */
 #include <criterion/criterion.h>
 
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "topk.h"
+#include "engine/topk.h"
 
 static const size_t sizes[] = {1, 2, 3, 10, 1000, 100000};
 #define NSIZES (sizeof sizes / sizeof sizes[0])

@@ -1,4 +1,4 @@
-/* Unit tests for shim/wire.c: payload layout and the decoder, the only code
+/* Unit tests for shim/wire/wire.c: payload layout and the decoder, the only code
  * that writes what other ranks sent into user memory. */
 #include <criterion/criterion.h>
 

@@ -1,0 +1,64 @@
+/* The DGC_STATS report: every buffer's row, the totals and the failures by
+ * cause, as STATS log lines. Both front ends print it: MPI_Finalize, or the
+ * NCCL front end at exit in a process that never finalised MPI. */
+#include "report.h"
+
+#include <stdio.h>
+
+#include "dgcshim/stats.h"
+#include "log.h"
+#include "registry.h"
+
+/* A buffer is its output address; one reduced from a send buffer of its own
+ * (not in place) adds that, since one output can serve several inputs
+ * (dgc_stats_label). A buffer whose states were all freed before the report
+ * (its communicator freed, or idle) is marked with a '*'. */
+typedef struct {
+    dgc_buffer_stats total;
+    uint64_t freed_rows;
+} report_acc;
+
+static void print_row(const dgc_report_row *r, void *ctx) {
+    report_acc *acc = ctx;
+    char label[48], row[288];
+    dgc_stats_label(r->buf, r->send, r->live ? "" : "*", label, sizeof label);
+    dgc_stats_row(label, r->count, &r->stats, row, sizeof row);
+    dgc_log_tagged("STATS", "%s", row);
+    dgc_stats_add(&acc->total, &r->stats);
+    acc->freed_rows += !r->live;
+}
+
+void dgc_stats_report(void) {
+    char row[256];
+    dgc_stats_header(row, sizeof row);
+    dgc_log_tagged("STATS", "%s", row);
+    report_acc acc = {0};
+    dgc_registry_each_row(print_row, &acc);
+    dgc_registry_totals t;
+    dgc_registry_totals_get(&t);
+    if (t.released_unkeyed_states) { /* past DGC_RELEASED_ROWS keys */
+        char label[32];
+        snprintf(label, sizeof label, "freed(%llu)", (unsigned long long)t.released_unkeyed_states);
+        dgc_stats_row(label, 0, &t.released_unkeyed, row, sizeof row);
+        dgc_log_tagged("STATS", "%s", row);
+        dgc_stats_add(&acc.total, &t.released_unkeyed);
+    }
+    dgc_stats_row("total", 0, &acc.total, row, sizeof row);
+    dgc_log_tagged("STATS", "%s", row);
+    if (acc.freed_rows)
+        dgc_log_tagged("STATS", "*: %llu buffer%s whose states were freed before this report (communicator freed, "
+                       "or idle for DGC_STATE_IDLE_CALLS calls)", (unsigned long long)acc.freed_rows,
+                       acc.freed_rows == 1 ? "" : "s");
+    char failed[256];
+    size_t at = 0;
+    for (int i = 0; i < DGC_FAIL_CAUSES; i++)
+        at += (size_t)snprintf(failed + at, sizeof failed - at, "%s%s %llu", i ? ", " : "",
+                               dgc_fail_cause_name((dgc_fail_cause)i), (unsigned long long)t.failed[i]);
+    dgc_log_tagged("STATS", "pass-through calls %llu, compressed calls %llu, summed densely over budget %llu, "
+                   "failed %s; steps with a saturated residual %llu", (unsigned long long)t.passthrough,
+                   (unsigned long long)acc.total.calls, (unsigned long long)t.over_budget, failed,
+                   (unsigned long long)t.saturated);
+    dgc_log_tagged("STATS", "memory: %llu bytes in %llu live states (released %llu), peak %llu bytes",
+                   (unsigned long long)t.bytes, (unsigned long long)t.live_states,
+                   (unsigned long long)t.released_states, (unsigned long long)t.peak_bytes);
+}

@@ -1,0 +1,191 @@
+/* MPI_Allreduce interposition. The pass-through test is a handful of
+ * comparisons against the installed configuration: no lock, allocation,
+ * system call or environment read, since frameworks issue many tiny
+ * all-reduces. Everything else is the compressed path. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dgcshim/config.h"
+#include "dgcshim/policy.h"
+#include "dgcshim/wire.h"
+#include "dgcshim/wire_compact.h"
+#include "core/log.h"
+#include "internal.h"
+#include "core/pages.h"
+
+/* 4-byte IEEE floats under any of their names: C's, and Fortran's REAL and
+ * REAL*4 (REAL only where it is 4 bytes: not with -fdefault-real-8). The
+ * size is a property of the type, the same on every rank. */
+static int is_float(MPI_Datatype dt) {
+    if (dt == MPI_FLOAT) return 1;
+    int size = 0;
+    if (dt != MPI_REAL && dt != MPI_REAL4) return 0;
+    return PMPI_Type_size(dt, &size) == MPI_SUCCESS && size == 4;
+}
+
+static int is_candidate(const dgc_config *cfg, MPI_Datatype dt, MPI_Op op, MPI_Count count) {
+    return cfg->enable && op == MPI_SUM && count >= 0 && (uint64_t)count >= cfg->min_elements && is_float(dt);
+}
+
+/* Intra-communicator size, or 0 for what is passed through: inter-
+ * communicators (whose all-reduce semantics differ) and MPI_COMM_NULL, which
+ * MPI_Allreduce itself then reports as its own error. */
+static int intra_size(MPI_Comm comm) {
+    int inter = 0, size = 0;
+    if (comm == MPI_COMM_NULL) return 0;
+    if (PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter) return 0;
+    PMPI_Comm_size(comm, &size);
+    return size;
+}
+
+/* Where a call reads its gradient and builds its sum. The engine needs
+ * float-aligned memory, and whether to compress must not depend on an
+ * address (ranks would decide differently), so a misaligned buffer is
+ * handled, not passed through: copied into the output when that is aligned,
+ * else into a bounce buffer of this call's own. */
+typedef struct {
+    const float *g;
+    float *work;
+    float *bounce;
+    void *out;
+    size_t bytes;
+} io_view;
+
+static int aligned(const void *p) { return (uintptr_t)p % _Alignof(float) == 0; }
+
+static int view_open(io_view *v, const void *sb, void *rb, uint64_t n) {
+    int inplace = sb == MPI_IN_PLACE;
+    const void *src = inplace ? rb : sb;
+    *v = (io_view){.out = rb, .bytes = (size_t)n * sizeof(float)};
+    if (aligned(rb)) {
+        v->work = rb;
+        if (!inplace && !aligned(sb)) memcpy(rb, sb, v->bytes);
+        v->g = inplace || !aligned(sb) ? rb : sb;
+        return 0;
+    }
+    v->bounce = dgc_pages_alloc(v->bytes);
+    if (!v->bounce) return -1;
+    v->work = v->bounce;
+    if (aligned(src)) {
+        v->g = src;
+    } else {
+        memcpy(v->bounce, src, v->bytes);
+        v->g = v->bounce;
+    }
+    return 0;
+}
+
+static void view_close(io_view *v, int ok) {
+    if (!v->bounce) return;
+    if (ok) memcpy(v->out, v->bounce, v->bytes);
+    dgc_pages_free(v->bounce, v->bytes);
+}
+
+/* Fresh buffers every call (dgc_registry_growth_first): said once. */
+static void warn_growth(dgc_comm *c, uint64_t count) {
+    if (!dgc_registry_growth_first(c)) return;
+    DGC_WARN("%llu buffer states live on one communicator (%llu created in %llu calls, the latest for %llu "
+             "elements): the program all-reduces fresh buffers (a new send or output address each call), so "
+             "residuals do not carry over between steps. All-reduce each gradient in place, or from and into buffers that persist "
+             "(TensorFlow allocates new gradient tensors every step: under Horovod keep its tensor fusion and pass "
+             "groups=1 to hvd.DistributedOptimizer; see the README, 'Frameworks'); states unused for "
+             "DGC_STATE_IDLE_CALLS calls are freed",
+             (unsigned long long)c->live, (unsigned long long)c->created, (unsigned long long)c->calls,
+             (unsigned long long)count);
+}
+
+/* A buffer all-reduced with this many distinct counts is taken for a fusion
+ * buffer: two can be a framework's first step (DDP's all-parameter bucket). */
+#define FUSION_COUNTS 3
+
+/* One buffer with ever new counts: a fusion buffer packing different tensors
+ * each step (Horovod's tensor fusion): said once per communicator. */
+static void warn_fusion(dgc_comm *c, const void *key, const void *rb, uint64_t count) {
+    if (c->fusion_warned) return;
+    uint64_t counts = dgc_registry_counts_at(c, key, rb);
+    if (counts < FUSION_COUNTS) return;
+    c->fusion_warned = 1;
+    DGC_WARN("the buffer at %p has been all-reduced with %llu different element counts (the latest %llu): a "
+             "fusion buffer that packs different tensors from step to step, so the residual kept at an offset "
+             "belongs to another tensor the next step. With Horovod pass groups=1 to hvd.DistributedOptimizer "
+             "(all gradients in one fused buffer of a fixed layout), or set HOROVOD_FUSION_THRESHOLD=0 (each "
+             "gradient in place on its own; PyTorch); see the README, 'Frameworks'",
+             rb, (unsigned long long)counts, (unsigned long long)count);
+}
+
+/* The buffer entry of this call, and how this rank takes part. */
+static int find_state(dgc_comm *c, const void *sb, const void *rb, const dgc_step_params *p, int nranks,
+                      const dgc_config *cfg, dgc_buffer **b) {
+    const void *key = sb == MPI_IN_PLACE ? NULL : sb;
+    *b = dgc_registry_find(c, key, rb, p->n);
+    dgc_registry_free_idle(c, cfg->state_idle_calls);
+    if (*b) return DGC_PART_STATE;
+    int momentum = cfg->momentum > 0;
+    /* The state, this rank's plain payload, the wire buffer (its compact
+     * payload and every rank's), and with compensation the last step's. */
+    dgc_compact_layout code;
+    dgc_compact_layout_for(p->n, p->k, p->value_bits, &code);
+    size_t est = dgc_state_footprint(p->n, momentum, p->k) + dgc_wire_bytes(p->k) +
+                 code.bytes * (1 + (size_t)nranks * (momentum && cfg->compensate ? 2 : 1));
+    size_t budget = (size_t)cfg->max_state_mb << 20;
+    dgc_create_result r = dgc_registry_create(c, key, rb, p->n, momentum, est, budget, b);
+    if (r == DGC_OVER_BUDGET) {
+        if (!c->budget_warned++)
+            DGC_WARN("a new %llu-element buffer would pass DGC_MAX_STATE_MB=%llu: summed densely on every rank "
+                 "(no state for it) while memory is short; said once per communicator",
+                     (unsigned long long)p->n, (unsigned long long)cfg->max_state_mb);
+        return DGC_PART_DENSE;
+    }
+    if (r == DGC_NO_MEMORY) {
+        DGC_ERROR("no memory for the state of a %llu-element buffer", (unsigned long long)p->n);
+        return DGC_PART_FAILED;
+    }
+    warn_growth(c, p->n);
+    warn_fusion(c, key, rb, p->n);
+    return DGC_PART_STATE;
+}
+
+static int compressed(const void *sb, void *rb, uint64_t count, MPI_Comm comm, int nranks, const dgc_config *cfg) {
+    int rc;
+    dgc_comm *c = dgc_mpi_comm(comm, nranks, cfg, &rc);
+    if (!c) return dgc_mpi_fail(comm, rc);
+    uint64_t step;
+    if (dgc_registry_next_step(c, count, &step)) {
+        if (!c->table_full_warned++)
+            DGC_WARN("a communicator has all-reduced %d distinct float counts: new counts pass through",
+                     DGC_COUNTS_PER_COMM);
+        return DGC_MPI_PASS;
+    }
+    dgc_step_params p;
+    if (dgc_policy_plan(cfg, count, sizeof(float), step, nranks, &p)) return DGC_MPI_PASS; /* too big for one all-gather */
+    io_view v;
+    dgc_buffer *b = NULL;
+    int local = DGC_PART_FAILED;
+    if (view_open(&v, sb, rb, count) == 0) local = find_state(c, sb, rb, &p, nranks, cfg, &b);
+    else DGC_ERROR("no memory for an aligned copy of a misaligned %llu-element buffer", (unsigned long long)count);
+    rc = dgc_mpi_exchange(c, b, local, v.g, v.work, &p, comm, cfg);
+    view_close(&v, rc == MPI_SUCCESS);
+    return rc;
+}
+
+int dgc_mpi_try_compressed(const void *sb, void *rb, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm) {
+    const dgc_config *cfg = dgc_config_current();
+    if (is_candidate(cfg, dt, op, count)) {
+        int n = intra_size(comm);
+        if (dgc_policy_compressible(cfg, (uint64_t)count, n)) return compressed(sb, rb, (uint64_t)count, comm, n, cfg);
+    }
+    if (cfg->stats) dgc_registry_count_passthrough();
+    return DGC_MPI_PASS;
+}
+
+int MPI_Allreduce(const void *sb, void *rb, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm) {
+    int rc = dgc_mpi_try_compressed(sb, rb, count, dt, op, comm);
+    return rc != DGC_MPI_PASS ? rc : PMPI_Allreduce(sb, rb, count, dt, op, comm);
+}
+
+#if MPI_VERSION >= 4
+int MPI_Allreduce_c(const void *sb, void *rb, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm) {
+    int rc = dgc_mpi_try_compressed(sb, rb, count, dt, op, comm);
+    return rc != DGC_MPI_PASS ? rc : PMPI_Allreduce_c(sb, rb, count, dt, op, comm);
+}
+#endif

@@ -1,0 +1,84 @@
+/* MPI life cycle: read and validate the configuration once MPI is
+ * initialised, check it agrees across ranks, print the banner; report
+ * statistics and free every MPI state when MPI_Finalize runs (through an
+ * attribute on MPI_COMM_SELF, mpi/comm.c, so that Fortran's MPI_FINALIZE,
+ * which calls PMPI_Finalize directly, is covered too). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "dgcshim/config.h"
+#include "dgcshim/stats.h"
+#include "engine/stream.h"
+#include "core/log.h"
+#include "internal.h"
+#include "core/registry.h"
+#include "core/report.h"
+
+static const char *env_lookup(const char *name) { return getenv(name); }
+
+/* A spawned job's number, so that its log lines differ from its parent's
+ * (both have a rank 0). Open MPI numbers jobs in the low 16 bits of the job
+ * id, 1 being the job mpirun started; other MPIs: -1, printed "spawned". */
+static int spawned_job(void) {
+    MPI_Comm parent = MPI_COMM_NULL;
+    PMPI_Comm_get_parent(&parent);
+    if (parent == MPI_COMM_NULL) return 0;
+    const char *id = getenv("OMPI_MCA_ess_base_jobid");
+    char *end = NULL;
+    unsigned long long v = id ? strtoull(id, &end, 10) : 0;
+    return id && end != id && *end == '\0' && (v & 0xffff) ? (int)(v & 0xffff) : -1;
+}
+
+/* Parses the environment, agrees on it with every rank of MPI_COMM_WORLD and
+ * installs it; a bad or inconsistent environment stops the job here. */
+void dgc_mpi_setup(void) {
+    if (dgc_registry_hook(DGC_HOOK_SELF_KEY) != -1) return; /* already done: C and Fortran both init'ed */
+    int rank = 0;
+    PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    dgc_config_set_rank(rank);
+    dgc_config_set_job(spawned_job());
+    dgc_config cfg;
+    char err[256];
+    int failed = dgc_config_parse(&cfg, env_lookup, err, sizeof err) != 0;
+    dgc_config quiet = cfg;
+    quiet.enable = 0; /* log level now, compression only once every rank agreed */
+    dgc_config_install(&quiet);
+    if (failed) DGC_ERROR("%s", err);
+    int agree = dgc_mpi_lifetime_init(&cfg, failed ? DGC_LOCAL_PARSE_FAILED : 0);
+    if (agree != DGC_AGREE_OK) {
+        DGC_ERROR("stopping: %s", agree == DGC_AGREE_NO_MEMORY ? "no memory for the shim's start-up"
+                                                             : "fix the DGC_* environment (see the README's "
+                                                               "configuration table)");
+        PMPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    dgc_config_install(&cfg);
+    if (rank == 0) {
+        char line[1024];
+        dgc_config_describe(&cfg, line, sizeof line);
+        DGC_INFO("dgcshim active (host engine: %s): %s", dgc_stream_variant_name(), line);
+    }
+}
+
+int MPI_Init(int *argc, char ***argv) {
+    int rc = PMPI_Init(argc, argv);
+    if (rc == MPI_SUCCESS) dgc_mpi_setup();
+    return rc;
+}
+
+int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
+    int rc = PMPI_Init_thread(argc, argv, required, provided);
+    if (rc == MPI_SUCCESS) dgc_mpi_setup();
+    return rc;
+}
+
+/* NCCL communicators are not MPI's to free: their records stay until
+ * ncclCommDestroy, and the report printed here (once: the NCCL front end
+ * prints it at exit otherwise) shows them as they stand. */
+void dgc_mpi_finalizing(void) {
+    const dgc_config *cfg = dgc_config_current();
+    if (cfg->stats && dgc_config_rank() == 0 && dgc_registry_claim(DGC_FLAG_REPORTED)) dgc_stats_report();
+    dgc_config off = *cfg;
+    off.enable = 0;
+    dgc_config_install(&off);
+    dgc_registry_clear_owner(DGC_OWNER_MPI);
+}

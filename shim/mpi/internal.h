@@ -1,0 +1,65 @@
+/* Shared by the MPI front-end files. */
+#ifndef DGCSHIM_MPI_INTERNAL_H
+#define DGCSHIM_MPI_INTERNAL_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#include "dgcshim/config.h"
+#include "dgcshim/engine.h"
+#include "core/registry.h"
+
+/* What this rank brings to the configuration check. */
+enum { DGC_LOCAL_PARSE_FAILED = 1, DGC_LOCAL_NO_MEMORY = 2 };
+/* Its outcome, the same on every rank. */
+enum { DGC_AGREE_OK = 0, DGC_AGREE_NO_MEMORY = 1, DGC_AGREE_MISMATCH = -1 };
+
+/* One collective on comm: do all ranks hold the same collective DGC_* values,
+ * did every rank parse its environment, and did every rank get the memory it
+ * needs (local: DGC_LOCAL_* bits)? Returns DGC_AGREE_*; on a mismatch it
+ * logs, on every rank, the name of the first variable that differs (or that
+ * some rank rejected its environment). Every rank gets the same answer, so
+ * every rank fails together. */
+int dgc_mpi_config_agrees(MPI_Comm comm, const dgc_config *cfg, int local);
+
+/* Hands code to comm's error handler (fatal by default) and returns code. */
+int dgc_mpi_fail(MPI_Comm comm, int code);
+
+/* Creates the attribute keyvals that tie records to communicators and call
+ * dgc_mpi_finalizing at MPI_Finalize; attaches MPI_COMM_WORLD (checking the
+ * configuration on it, local: DGC_LOCAL_* bits). Returns DGC_AGREE_*. */
+int dgc_mpi_lifetime_init(const dgc_config *cfg, int local);
+
+/* Run by MPI_Finalize, from any language, before MPI shuts down: reports
+ * the statistics and frees every MPI state. */
+void dgc_mpi_finalizing(void);
+
+/* The record of comm (nranks ranks), attached on the first call that
+ * compresses on it, which is also when its configuration check runs.
+ * NULL with *rc an MPI error class when the check failed or memory was
+ * short, on every rank alike. */
+dgc_comm *dgc_mpi_comm(MPI_Comm comm, int nranks, const dgc_config *cfg, int *rc);
+
+/* One compressed call, from its plan on. local says how this rank takes
+ * part (below); b is its buffer entry when it is DGC_PART_STATE. g is the
+ * gradient and work the float-aligned output the sum is built in (g may be
+ * work). Returns MPI_SUCCESS or an error class (already handed to comm's
+ * error handler); every rank returns alike. */
+enum { DGC_PART_STATE, DGC_PART_DENSE, DGC_PART_FAILED };
+int dgc_mpi_exchange(dgc_comm *c, dgc_buffer *b, int local, const float *g, float *work, const dgc_step_params *p,
+                     MPI_Comm comm, const dgc_config *cfg);
+
+/* Sums n floats of work over comm in place, the result the same bytes on
+ * every rank (mpi/dense.c); uses c->reserve as scratch. */
+int dgc_mpi_dense_sum(float *work, uint64_t n, const dgc_comm *c, MPI_Comm comm);
+
+/* The C entry point's logic, shared with the Fortran ones: the result of a
+ * compressed call, or DGC_MPI_PASS when the call must go to the library. */
+#define DGC_MPI_PASS (-1)
+int dgc_mpi_try_compressed(const void *sb, void *rb, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm);
+
+/* Reads the environment, checks it on MPI_COMM_WORLD and installs it; called
+ * once MPI is initialised, by whichever language's MPI_Init ran. */
+void dgc_mpi_setup(void);
+
+#endif

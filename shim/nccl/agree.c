@@ -1,0 +1,154 @@
+/* The configuration check of an NCCL communicator: before anything is
+ * compressed on it, its ranks all-gather the hash of every collective DGC_*
+ * value (as shim/mpi/check.c does on MPI) and a flag saying whether the rank
+ * could parse its environment at all, over the communicator itself, on the
+ * caller's stream. The words come back to the host (a polling wait that an
+ * abort or NCCL's error ends: nccl/wait.c) and every rank compares the
+ * same gathered words, so every rank reaches the same verdict: passed, or
+ * failed, and then every float sum/average call on the communicator fails
+ * with ncclInvalidUsage on every rank without issuing anything.
+ *
+ * It runs at the communicator's first candidate call (float sum or
+ * average: a test that reads no configuration), not at its first
+ * compressed one: whether a call is compressed reads DGC_ENABLE,
+ * DGC_MIN_ELEMENTS and DGC_MIN_RANKS, which are what may differ. The
+ * gather is of bytes (ncclUint8): an all-gather needs no reduction kernel,
+ * so any NCCL build has it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "internal.h"
+
+enum { WORD_PARSE = DGC_OPT_COUNT, NWORDS };
+#define WORDS_BYTES (NWORDS * sizeof(uint64_t))
+_Static_assert(sizeof(((dgc_nccl_check *)0)->words) == WORDS_BYTES, "the check's words");
+
+static void own_words(const dgc_config *cfg, uint64_t *w) {
+    for (int i = 0; i < DGC_OPT_COUNT; i++)
+        w[i] = dgc_option_is_collective((dgc_option)i) ? dgc_option_hash(cfg, (dgc_option)i) : 0;
+    w[WORD_PARSE] = dgc_registry_flag(DGC_FLAG_NCCL_PARSE_FAILED) ? 1 : 0;
+}
+
+void dgc_nccl_check_issue(const dgc_nccl_api *api, dgc_nccl_check *k, const dgc_config *cfg) {
+    k->dev = NULL;
+    k->issued = 0;
+    k->rc = ncclSuccess;
+    own_words(cfg, k->words);
+    if (k->c->nranks == 1) return; /* nothing to agree with */
+    if (dgc_nccl_ending(k->c)) {
+        k->rc = ncclInternalError;
+        return;
+    }
+    cudaError_t e = dgc_nccl_dev_alloc(&k->dev, WORDS_BYTES * (1 + (size_t)k->c->nranks), k->stream, &k->dev_pooled);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(k->dev, k->words, WORDS_BYTES, cudaMemcpyHostToDevice, k->stream);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        DGC_ERROR("the DGC_* consistency check of a communicator cannot run on this rank (%s): its call fails "
+                  "with ncclSystemError here, and the other ranks may wait for this one",
+                  cudaGetErrorString(e));
+        dgc_nccl_dev_free(k->dev, k->dev_pooled, k->stream);
+        k->dev = NULL;
+        k->rc = ncclSystemError;
+        return;
+    }
+    k->rc = api->all_gather(k->dev, (char *)k->dev + WORDS_BYTES, WORDS_BYTES, ncclUint8, k->comm, k->stream);
+    k->issued = k->rc == ncclSuccess || k->rc == ncclInProgress;
+}
+
+static void report_mismatch(const dgc_config *cfg, int i) {
+    char mine[128];
+    dgc_option_describe(cfg, (dgc_option)i, mine, sizeof mine);
+    DGC_ERROR("%s differs between the ranks of an NCCL communicator (this rank has %s); every rank must run with "
+              "the same value (accepted %s, default %s): float sum/average all-reduces on it fail with "
+              "ncclInvalidUsage",
+              dgc_option_name((dgc_option)i), mine, dgc_option_range((dgc_option)i),
+              dgc_option_default((dgc_option)i));
+}
+
+/* The verdict from every rank's words (nranks rows of NWORDS). */
+static int verdict(const dgc_config *cfg, const uint64_t *all, int nranks) {
+    for (int r = 0; r < nranks; r++) {
+        if (!all[(size_t)r * NWORDS + WORD_PARSE]) continue;
+        if (!dgc_registry_flag(DGC_FLAG_NCCL_PARSE_FAILED))
+            DGC_ERROR("rank %d of an NCCL communicator rejected its DGC_* environment (its own message says "
+                      "which variable): float sum/average all-reduces on it fail with ncclInvalidUsage",
+                      r);
+        return DGC_CHECK_FAILED;
+    }
+    for (int i = 0; i < DGC_OPT_COUNT; i++) {
+        for (int r = 1; r < nranks; r++) {
+            if (all[(size_t)r * NWORDS + i] == all[i]) continue;
+            report_mismatch(cfg, i);
+            return DGC_CHECK_FAILED;
+        }
+    }
+    return DGC_CHECK_PASSED;
+}
+
+ncclResult_t dgc_nccl_check_finish(const dgc_nccl_api *api, dgc_nccl_check *k, const dgc_config *cfg) {
+    int nranks = k->c->nranks;
+    if (nranks == 1) {
+        k->c->check = verdict(cfg, k->words, 1);
+        return k->c->check == DGC_CHECK_PASSED ? ncclSuccess : ncclInvalidUsage;
+    }
+    if (!k->issued) { /* the check stays pending: tried again at the next call */
+        dgc_nccl_dev_free(k->dev, k->dev_pooled, k->stream);
+        k->dev = NULL;
+        return k->rc;
+    }
+    uint64_t *all = malloc(WORDS_BYTES * (size_t)nranks);
+    ncclResult_t rc = dgc_nccl_settle(api, k->c, k->comm, k->rc);
+    cudaError_t e = cudaSuccess;
+    if (rc == ncclSuccess && all) {
+        e = cudaMemcpyAsync(all, (char *)k->dev + WORDS_BYTES, WORDS_BYTES * (size_t)nranks, cudaMemcpyDeviceToHost,
+                            k->stream);
+        if (e == cudaSuccess) rc = dgc_nccl_wait(api, k->c, k->comm, k->stream);
+    }
+    /* In stream order: after a wait that ended early (an abort), the
+     * all-gather may still be writing it. Without memory pools, cudaFree. */
+    dgc_nccl_dev_free(k->dev, k->dev_pooled, k->stream);
+    k->dev = NULL;
+    if (rc == ncclSuccess && (!all || e != cudaSuccess)) {
+        DGC_ERROR("the DGC_* consistency check of a communicator could not read its result (%s): the call fails "
+                  "with ncclSystemError here, and the other ranks may fail later",
+                  all ? cudaGetErrorString(e) : "no host memory");
+        rc = ncclSystemError;
+    }
+    if (rc == ncclSuccess) {
+        k->c->check = verdict(cfg, all, nranks);
+        if (k->c->check == DGC_CHECK_FAILED) rc = ncclInvalidUsage;
+    }
+    free(all);
+    return rc;
+}
+
+ncclResult_t dgc_nccl_check_run(const dgc_nccl_api *api, dgc_nccl_check *k, int n, const dgc_config *cfg) {
+    ncclResult_t first = ncclSuccess;
+    int grouped = n > 1 && api->group_start() == ncclSuccess;
+    for (int i = 0; i < n; i++) {
+        if (dgc_device_switch(dgc_nccl_ext(k[i].c)->device) == 0) {
+            dgc_nccl_check_issue(api, &k[i], cfg);
+        } else {
+            own_words(cfg, k[i].words);
+            k[i].dev = NULL;
+            k[i].issued = 0;
+            k[i].rc = ncclUnhandledCudaError;
+        }
+    }
+    if (grouped) {
+        /* Members of a group return ncclSuccess; the group's end says how it went. */
+        ncclResult_t rc = api->group_end();
+        for (int i = 0; i < n; i++) {
+            if (!k[i].issued) continue;
+            k[i].rc = rc;
+            if (rc != ncclSuccess && rc != ncclInProgress) k[i].issued = 0;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        ncclResult_t rc = k[i].rc;
+        if (dgc_device_switch(dgc_nccl_ext(k[i].c)->device) == 0) rc = dgc_nccl_check_finish(api, &k[i], cfg);
+        if (first == ncclSuccess) first = rc;
+    }
+    return first;
+}

@@ -1,0 +1,361 @@
+/* Shared by the NCCL front-end files (shim/nccl_*.c).
+ *
+ * The front end knows NCCL and nothing of DGC beyond the engine's entry
+ * points (engine_cuda.h) and the policy. Its rules, from docs/design.md:
+ *   - whether a call is compressed, and everything that sets a message
+ *     size, is a function of count, datatype, op, communicator size,
+ *     configuration and per-communicator call counters: the same on every
+ *     rank (invariant 1);
+ *   - everything is enqueued on the caller's stream; the host waits for the
+ *     device only at a communicator's configuration check (when it is
+ *     made), at a count's first call (the ranks' votes on holding its
+ *     state) and when state is freed (invariant 5);
+ *   - inside ncclGroupStart/End nothing is launched: compressed calls are
+ *     recorded and run after the outermost ncclGroupEnd (nccl/group.c). */
+#ifndef DGCSHIM_NCCL_INTERNAL_H
+#define DGCSHIM_NCCL_INTERNAL_H
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <stdint.h>
+
+#include "dgcshim/config.h"
+#include "dgcshim/engine.h"
+#include "dgcshim/engine_cuda.h"
+#include "dgcshim/policy.h"
+#include "core/registry.h"
+
+/* The interposed functions are the library's interface: nccl.h declares
+ * them without a visibility, and the build hides everything by default. */
+#define DGC_EXPORT __attribute__((visibility("default")))
+
+/* ---- the real NCCL (nccl/resolve.c) ---- */
+
+/* The real library's entry points, all from one loaded object. The
+ * optional ones are NULL where that NCCL lacks them. */
+typedef struct {
+    ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
+    ncclResult_t (*all_gather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
+    ncclResult_t (*reduce_scatter)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                                   cudaStream_t);
+    ncclResult_t (*group_start)(void);
+    ncclResult_t (*group_end)(void);
+    ncclResult_t (*group_simulate_end)(ncclSimInfo_t *); /* optional (2.22+) */
+    ncclResult_t (*comm_count)(const ncclComm_t, int *);
+    ncclResult_t (*comm_cu_device)(const ncclComm_t, int *);
+    ncclResult_t (*comm_user_rank)(const ncclComm_t, int *);
+    ncclResult_t (*comm_get_async_error)(ncclComm_t, ncclResult_t *);
+    ncclResult_t (*comm_destroy)(ncclComm_t);
+    ncclResult_t (*comm_abort)(ncclComm_t);
+    ncclResult_t (*comm_finalize)(ncclComm_t); /* optional (2.18+) */
+    ncclResult_t (*get_version)(int *);
+    /* the communicator constructors the shim checks its configuration at (optional: where that NCCL has them) */
+    ncclResult_t (*comm_init_rank)(ncclComm_t *, int, ncclUniqueId, int);
+    ncclResult_t (*comm_init_rank_config)(ncclComm_t *, int, ncclUniqueId, int, ncclConfig_t *); /* 2.14+ */
+    ncclResult_t (*comm_init_all)(ncclComm_t *, int, const int *);
+    ncclResult_t (*comm_split)(ncclComm_t, int, int, ncclComm_t *, ncclConfig_t *); /* 2.18+ */
+    int version;          /* from get_version, 0 when it failed */
+    char object[512];     /* the file they come from, for log lines */
+} dgc_nccl_api;
+
+/* Registry slots of the NCCL front end. */
+enum {
+    DGC_SLOT_NCCL_API = DGC_SLOT_NCCL_BASE, /* the dgc_nccl_api, once resolved */
+    DGC_SLOT_NCCL_FIRST_COMM,                /* a communicator of the first call, for the set-up's log rank */
+    DGC_SLOT_NCCL_END
+};
+_Static_assert(DGC_SLOT_NCCL_END <= DGC_SLOT_COUNT, "registry slots");
+
+/* Finds the real NCCL in the loaded objects (or DGC_NCCL_LIBRARY). Returns
+ * a heap copy that lives for the rest of the process, or NULL with a log
+ * line saying why. */
+dgc_nccl_api *dgc_nccl_resolve(void);
+
+/* ---- process set-up (nccl/setup.c) ---- */
+
+/* The first thing every interposer does: counts the call, sets the front
+ * end up on the process's first NCCL call (real NCCL resolved; the DGC_*
+ * environment read and installed unless MPI_Init did; comm, the call's
+ * communicator or NULL, gives log lines their rank), and returns the real
+ * NCCL, or NULL when none can be found (the caller returns
+ * ncclSystemError: there is nothing to forward to). */
+const dgc_nccl_api *dgc_nccl_enter(ncclComm_t comm);
+
+/* The first-use line, once per process, when the first communicator is
+ * seen (its rank now known). */
+void dgc_nccl_banner(const dgc_nccl_api *api);
+
+/* ---- communicators (nccl/comm.c) ---- */
+
+/* What the NCCL front end keeps per communicator (the record's ext). */
+typedef struct {
+    int device;               /* ncclCommCuDevice */
+    int rank;                 /* ncclCommUserRank */
+    dgc_gpu_report *report;   /* what the device tells the host (mapped pinned memory); NULL: setup failed,
+                               * every compressed call takes part flagged */
+    cudaStream_t own;         /* the shim's stream for this communicator's frees (nccl/memory.c) */
+    cudaEvent_t done;         /* recorded after each call's last work (dgc_nccl_chain_out) */
+    cudaStream_t last_stream; /* the stream it was last recorded on */
+    int done_recorded;
+    void *votes;              /* device memory for a count's first-call agreement: 1 + nranks bytes */
+    int votes_pooled;         /* votes came from the memory pool (dgc_nccl_dev_alloc) */
+    unsigned char *votes_host; /* nranks bytes: the gathered votes, read by the host */
+    uint64_t failed_seen;     /* report->failed at the last look */
+    uint64_t nonfinite_seen;  /* report->nonfinite at the last look */
+    uint64_t bad_seen;        /* report->bad_steps at the last look */
+    uint64_t own_flagged;     /* calls this rank took part in flagged (counted by their own cause) */
+    uint64_t peer_counted;    /* failed steps counted as a peer's (report->failed seen, less own_flagged) */
+    uint64_t bad_counted;     /* report->bad_steps counted in the statistics */
+    uint64_t bad_undone;      /* report->bad_steps whose step was given back */
+    uint64_t saturated_seen;  /* report->saturated counted in the statistics */
+    uint64_t retired;         /* states retired because a new buffer overlapped them */
+    int retire_warned;
+} dgc_nccl_comm;
+
+static inline dgc_nccl_comm *dgc_nccl_ext(dgc_comm *c) { return (dgc_nccl_comm *)c->ext; }
+
+/* The record bound to comm, held (dgc_registry_comm_drop it), or NULL when
+ * it has not been seen yet. */
+dgc_comm *dgc_nccl_comm_find(ncclComm_t comm);
+
+/* Opens the record for comm, seen for the first time, on device (the
+ * current device already: the report is made there), held. NULL, logged,
+ * when host memory is short; a record whose CUDA setup failed opens with
+ * report NULL, and the rank takes part in its calls flagged. */
+dgc_comm *dgc_nccl_comm_open(const dgc_nccl_api *api, ncclComm_t comm, int device);
+
+/* What the device's report says now about failed steps: counted in the
+ * statistics by cause (a peer's failure, a bad payload) as far as they are
+ * new. Reads mapped memory only: no wait. */
+void dgc_nccl_count_news(dgc_nccl_comm *x);
+
+/* ---- communicators made (nccl/init.c) ---- */
+
+/* Right after NCCL made n communicators (not inside a group: there, after
+ * the outermost ncclGroupEnd): opens their records and runs their
+ * configuration checks, in one group, on streams of the shim's own, before
+ * any collective of the program's can reach them: so the check's place in
+ * each communicator's sequence of collectives is the same on every rank,
+ * whatever the program groups later. 0, or the first error (logged; the
+ * communicators are then checked at their first candidate call). */
+ncclResult_t dgc_nccl_check_new(const dgc_nccl_api *api, const ncclComm_t *comms, int n);
+
+/* ---- the caller's device and stream (nccl/device.c) ---- */
+
+/* The CUDA runtime in the shim is its own (static) instance: it must be
+ * pointed at the communicator's device before use, and is pointed back at
+ * the caller's after, so that the caller's thread sees no change.
+ *
+ * The guard also puts the thread's stream capture mode to relaxed for the
+ * shim's own CUDA calls (allocations, frees, queries, waits), and back on
+ * leaving: a stream being captured elsewhere in global mode, or by this
+ * thread on another stream, would otherwise see them fail with a capture
+ * error that invalidates the program's graph. The shim's work goes only on
+ * streams that are not capturing (dgc_stream_capturing) and streams of its
+ * own, so relaxed mode lets nothing into a graph. */
+typedef struct {
+    int saved; /* the device current on entry, -1 when unknown */
+    enum cudaStreamCaptureMode mode; /* the thread's capture mode on entry */
+    int mode_saved;
+} dgc_device_guard;
+
+/* Makes device current (capture mode relaxed). Returns 0, or -1 (logged,
+ * nothing changed) when the runtime fails. */
+int dgc_device_enter(dgc_device_guard *g, int device);
+/* Makes the device current on entry current again, whichever devices were
+ * made current in between (dgc_device_switch). */
+void dgc_device_leave(dgc_device_guard *g);
+
+/* Makes device current without saving (inside an open guard, whose leave
+ * restores the caller's). 0 or -1. */
+int dgc_device_switch(int device);
+
+/* 1 when stream is being captured into a CUDA graph (or the runtime cannot
+ * tell: nothing may be launched then either), 0 otherwise. */
+int dgc_stream_capturing(cudaStream_t stream);
+
+/* ---- host waits (nccl/wait.c) ---- */
+
+/* For non-blocking communicators: a call that returned ncclInProgress has
+ * been enqueued once ncclCommGetAsyncError leaves ncclInProgress; polls for
+ * that and returns the communicator's state (ncclSuccess or its error), or
+ * ncclInternalError once another thread destroys or aborts the
+ * communicator of c (the held record; NULL: none). Returns rc itself unless
+ * it is ncclInProgress. */
+ncclResult_t dgc_nccl_settle(const dgc_nccl_api *api, dgc_comm *c, ncclComm_t comm, ncclResult_t rc);
+
+/* Waits for stream's work by polling: ncclSuccess when it is done, NCCL's
+ * asynchronous error on comm, ncclInternalError once comm is being
+ * destroyed or aborted by another thread, ncclUnhandledCudaError when CUDA
+ * fails. Never blocks in CUDA or NCCL. */
+ncclResult_t dgc_nccl_wait(const dgc_nccl_api *api, dgc_comm *c, ncclComm_t comm, cudaStream_t stream);
+
+/* 1 once the held record's communicator is being destroyed or aborted: a
+ * call in flight issues nothing more on it. */
+int dgc_nccl_ending(dgc_comm *c);
+
+/* ---- memory given back without a wait (nccl/memory.c) ---- */
+
+/* Mapped pinned host memory of bytes, zeroed: a parked block whose last
+ * work is done, else a new one. NULL when short. */
+void *dgc_nccl_mapped_get(size_t bytes);
+
+/* Gives mapped memory back for reuse once after (an event, owned from now
+ * on; NULL: nothing may still write it) has completed. Never freed. */
+void dgc_nccl_mapped_put(void *p, size_t bytes, cudaEvent_t after);
+
+/* A call on stream s first waits (on the device) for the communicator's
+ * last call when that ran on another stream; after its last work, it
+ * records itself as the last. */
+void dgc_nccl_chain_in(dgc_nccl_comm *x, cudaStream_t s);
+void dgc_nccl_chain_out(dgc_nccl_comm *x, cudaStream_t s);
+
+/* Makes the communicator's own stream wait for its last call and returns a
+ * fresh event recorded there (NULL when no call ran): what frees in stream
+ * order on x->own follow, and what parked memory waits for. -1 when CUDA
+ * fails. */
+int dgc_nccl_comm_after(dgc_nccl_comm *x, cudaEvent_t *after);
+
+/* Device memory from the memory pool in stream order on s (*pooled 1), or,
+ * where the device has none, cudaMalloc; freed by dgc_nccl_dev_free in
+ * stream order on s, or by cudaFree, which may wait for the device. */
+cudaError_t dgc_nccl_dev_alloc(void **p, size_t bytes, cudaStream_t s, int *pooled);
+void dgc_nccl_dev_free(void *p, int pooled, cudaStream_t s);
+
+/* ---- the configuration check (nccl/agree.c) ---- */
+
+/* One communicator's check, in three steps so that several can share one
+ * NCCL group (single-process multi-device programs drive all their ranks'
+ * collectives from one thread: one rank's all-gather would wait for ever
+ * for the others' unless they are grouped). */
+typedef struct {
+    dgc_comm *c;
+    ncclComm_t comm;
+    cudaStream_t stream;
+    void *dev;            /* device buffer: this rank's words, then every rank's */
+    int dev_pooled;       /* dev came from the memory pool (dgc_nccl_dev_alloc) */
+    uint64_t words[DGC_OPT_COUNT + 1]; /* this rank's words: the collective options' hashes, the parse flag */
+    int issued;           /* the all-gather was issued */
+    ncclResult_t rc;
+} dgc_nccl_check;
+
+/* Prepares (device memory, this rank's words) and issues the all-gather;
+ * the device is the communicator's. */
+void dgc_nccl_check_issue(const dgc_nccl_api *api, dgc_nccl_check *k, const dgc_config *cfg);
+
+/* Waits for the words, compares them, records the outcome in k->c->check
+ * and logs a mismatch. Returns ncclSuccess, ncclInvalidUsage (the ranks
+ * disagree: the same on every rank), or the error that stopped the check. */
+ncclResult_t dgc_nccl_check_finish(const dgc_nccl_api *api, dgc_nccl_check *k, const dgc_config *cfg);
+
+/* Runs n checks in one group (one without the group). Returns the first
+ * non-success result. */
+ncclResult_t dgc_nccl_check_run(const dgc_nccl_api *api, dgc_nccl_check *k, int n, const dgc_config *cfg);
+
+/* ---- buffer states (nccl/state.c) ---- */
+
+typedef struct dgc_nccl_call dgc_nccl_call;
+
+/* How this rank takes part in a compressed call. */
+enum {
+    DGC_NCCL_PASS,   /* forwarded to the real ncclAllReduce (decided from collective inputs) */
+    DGC_NCCL_STATE,  /* with its state */
+    DGC_NCCL_FAILED, /* without state: a flag-only payload, output NaN on every rank */
+    DGC_NCCL_DEAD    /* not even that: nothing issued (last resort), or the exchange failed */
+};
+
+/* The entry of this call's buffer (found or created, and pinned), or NULL
+ * when this rank has no state for it: k->lack then says why (over
+ * DGC_MAX_STATE_MB, no device memory, no host memory), logged at debug
+ * level: the caller says what follows (a dense sum agreed at the count's
+ * first call, or a flagged payload). */
+dgc_buffer *dgc_nccl_state_get(dgc_nccl_call *k, const dgc_config *cfg);
+
+/* Unpins and frees the state k->b (the ranks agreed to sum its count
+ * densely). */
+void dgc_nccl_state_drop(dgc_nccl_call *k);
+
+/* ---- one compressed call (nccl/call.c) ---- */
+
+/* Why a rank has no state for a call (dgc_nccl_state_get). */
+enum { DGC_NCCL_LACK_NONE, DGC_NCCL_LACK_BUDGET, DGC_NCCL_LACK_DEVICE, DGC_NCCL_LACK_HOST, DGC_NCCL_LACK_SETUP };
+
+/* A call held in a group only to keep its place: forwarded untouched. */
+enum {
+    DGC_NCCL_RUN,          /* compressed (as far as the run decides) */
+    DGC_NCCL_FORWARD,      /* forwarded: not a compressed call */
+    DGC_NCCL_FORWARD_DENSE /* forwarded: its count is summed densely (some rank over budget) */
+};
+
+struct dgc_nccl_call {
+    /* the call as the caller made it */
+    const void *send;
+    void *recv;
+    size_t count;
+    ncclDataType_t dtype;
+    ncclRedOp_t op;
+    ncclComm_t comm;
+    cudaStream_t stream;
+    /* what the front end made of it */
+    dgc_comm *c;
+    dgc_gpu_dtype gpu_dtype;
+    int part;             /* DGC_NCCL_* */
+    dgc_step_params p;
+    int dense;            /* the pairs go by the dense transport (dgc_policy_transport) */
+    dgc_transport_bytes tb; /* what a rank sends either way */
+    int forward;          /* DGC_NCCL_RUN, or forwarded untouched (DGC_NCCL_FORWARD*) */
+    dgc_buffer *b;        /* DGC_NCCL_STATE */
+    int lack;             /* DGC_NCCL_LACK_*: why b is NULL */
+    size_t footprint;     /* the state's bytes, for the lack's log line */
+    void *payload, *gathered; /* this rank's payload and every rank's (dense: their headers) */
+    dgc_gpu_dense_vector vec; /* dense: where the dense sum runs */
+    void *xbuf;           /* exchange memory of a flagged call, or NULL */
+    int xbuf_sync;        /* xbuf came from cudaMalloc (no memory pools here): freed after a stream wait */
+    ncclResult_t xrc;     /* what the exchange returned (ncclInProgress until settled) */
+    ncclResult_t rc;      /* what the call returns once it is enqueued */
+};
+
+/* dtype as the engine's type; -1 when it is not one it compresses. */
+int dgc_nccl_gpu_dtype(ncclDataType_t dtype, dgc_gpu_dtype *out);
+
+/* Runs n calls (collective-consistent: every rank runs the same list), in
+ * rounds: round r holds the r-th call of each communicator (a group may
+ * span communicators on several devices, driven by one thread: their
+ * collectives must share NCCL groups). In a round each call is prepared
+ * (device news read, step, plan, state; at a count's first call, the
+ * ranks' votes on whether all hold a state), compressed, exchanged (each
+ * phase one group), and decoded. So each communicator sees its calls'
+ * collectives in the order the calls were made, whole, exactly as if they
+ * had been made one at a time, whatever the program grouped. Calls marked
+ * DGC_NCCL_FORWARD* are forwarded in their place. Each call's result lands
+ * in its rc; returns the first non-success one. */
+ncclResult_t dgc_nccl_run(const dgc_nccl_api *api, dgc_nccl_call *k, int n, const dgc_config *cfg);
+
+/* ---- groups (nccl/group.c) ---- */
+
+/* 1 while the calling thread is inside ncclGroupStart/End. */
+int dgc_nccl_in_group(void);
+
+/* Inside a group: run this communicator's configuration check after the
+ * outermost ncclGroupEnd (once per group and communicator). Returns 0, or
+ * -1 when memory is short (logged). */
+int dgc_nccl_group_defer_check(dgc_comm *c, ncclComm_t comm, cudaStream_t stream);
+
+/* Inside a group: record a call (compressed, or forwarded in its place),
+ * run after the outermost ncclGroupEnd. 0, or -1 when memory is short. */
+int dgc_nccl_group_defer_call(const dgc_nccl_call *k);
+
+/* Inside a group: 1 when a call on comm is held back already (a later
+ * all-reduce on it must be held too, to keep its place). */
+int dgc_nccl_group_holds(ncclComm_t comm);
+
+/* Inside a group: a communicator NCCL makes at the outermost ncclGroupEnd;
+ * its record and check follow it (dgc_nccl_check_new). 0, or -1. */
+int dgc_nccl_group_add_created(ncclComm_t comm);
+
+/* The communicator's record is closing (destroy or abort, maybe inside a
+ * group): forgets what this thread's group holds for it. Returns how many
+ * held-back calls were dropped. */
+int dgc_nccl_group_forget(dgc_comm *c);
+
+#endif
