@@ -40,6 +40,7 @@
 #endif
 
 #include "dgcshim/engine.h"
+#include "dgcshim/policy.h"
 #include "bench_util.h"
 #include "dgcshim/wire.h"
 #include "dgcshim/wire_compact.h"

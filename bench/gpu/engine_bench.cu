@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "dgcshim/engine.h"
+#include "dgcshim/policy.h"
 #include "dgcshim/engine_cuda.h"
 
 #define CK(x)                                                                                                        \

@@ -1,9 +1,11 @@
 /* The DGC engine: per-buffer state, compression into a fixed-size payload, and
  * decoding of the gathered payloads. It knows DGC and nothing of MPI or NCCL.
  *
- * One call of the algorithm on one buffer is:
- *     k = dgc_k_for(n, dgc_density_at(...))         (collective-consistent)
- *     dgc_compress(state, g, &params, payload)      (state untouched, payload filled)
+ * The engine executes a plan; it does not decide one. One call of the
+ * algorithm on one buffer is:
+ *     plan = dgc_policy_plan(...)                    (policy.h: k, transport, clamp;
+ *                                                     the same on every rank)
+ *     dgc_compress(state, g, &plan.p, payload)       (state untouched, payload filled)
  *     all-gather the payloads                        (the front end's job)
  *     dgc_decode(gathered, ...)                      (writes the dense output)
  *     dgc_commit(state, outcome)                     (residual and momentum advance)
@@ -21,14 +23,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* Density (1 - sparsity) for a step under warm-up: 25%, 6.25%, ... a quarter
- * each stage, the stages spread evenly over warmup_steps, never below the
- * target density; the target from warmup_steps on. */
-double dgc_density_at(double sparsity, uint64_t warmup_steps, uint64_t step);
-
-/* k = ceil(density * n), at least 1, at most n. */
-uint64_t dgc_k_for(uint64_t n, double density);
 
 /* The type the ranks' values are summed in (dgc_step_params.sum_type): fp32,
  * except on the NCCL path's dense transport of a 16-bit buffer, which sums

@@ -7,30 +7,25 @@
 
 #include "dgcshim/config.h"
 #include "dgcshim/engine.h"
+#include "dgcshim/wire_compact.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Density (1 - sparsity) for a step under warm-up: 25%, 6.25%, ... a quarter
+ * each stage, the stages spread evenly over warmup_steps, never below the
+ * target density; the target from warmup_steps on. */
+double dgc_density_at(double sparsity, uint64_t warmup_steps, uint64_t step);
+
+/* k = ceil(density * n), at least 1, at most n. */
+uint64_t dgc_k_for(uint64_t n, double density);
 
 /* Largest buffer the wire format can index (uint32 indices). */
 #define DGC_MAX_ELEMENTS 4294967295ull
 
 /* 1 when a float SUM of count elements over nranks ranks is compressed. */
 int dgc_policy_compressible(const dgc_config *cfg, uint64_t count, int nranks);
-
-/* elem_bytes, below: the size of one element of the buffer, 4 (fp32; the
- * MPI path's floats) or 2 (the NCCL path's fp16 and bf16), in which the
- * dense transport sums (engine.h, dgc_sum_type), as the uncompressed call
- * would. Like the count, it is the same on every rank. */
-
-/* The parameters of the call at step on a count-element buffer. Returns 0, or
- * -1 when the call goes by the sparse all-gather and its compact payloads
- * would not fit one (more than INT_MAX 8-byte words in all): the call passes
- * through. The decision depends on count, elem_bytes, step and the
- * configuration only, so every rank makes it. p->sum_type is left fp32: the
- * front end that sums a 16-bit buffer densely in its own type sets it. */
-int dgc_policy_plan(const dgc_config *cfg, uint64_t count, unsigned elem_bytes, uint64_t step, int nranks,
-                    dgc_step_params *out);
 
 /* The largest magnitude, as fp32 bits, a rank may send of a buffer whose
  * output goes back into type (dgc_sum_type; dgc_step_params.clamp_bits):
@@ -40,6 +35,10 @@ int dgc_policy_plan(const dgc_config *cfg, uint64_t count, unsigned elem_bytes, 
  * limit divided by 1 + m, down to the type's grid: both sums are then
  * within max / (1 + m), so the output is within the type's max. */
 uint32_t dgc_policy_value_limit_bits(unsigned type, int nranks, double compensated_m);
+
+/* elem_bytes, below: the size of one element of the buffer, 4 (fp32) or 2
+ * (the NCCL path's fp16 and bf16), in which the dense transport sums, as the
+ * uncompressed call would. Like the count, it is the same on every rank. */
 
 /* Bytes one rank sends in one call, for each way its pairs can travel:
  *   sparse: the all-gather of the fixed-size compact payloads (wire_compact.h,
@@ -64,11 +63,34 @@ void dgc_transport_bytes_for(uint64_t n, unsigned elem_bytes, uint64_t k, unsign
 dgc_transport dgc_policy_transport(const dgc_config *cfg, uint64_t n, unsigned elem_bytes, uint64_t k, int nranks,
                                    dgc_transport_bytes *bytes);
 
+/* One compressed call, as every rank does it: the step's parameters (k,
+ * the rules' options, the clamp), the transport, the bytes a rank sends
+ * either way and the compact payload's layout. */
+typedef struct {
+    dgc_step_params p;
+    dgc_transport transport;   /* DGC_TRANSPORT_SPARSE or _DENSE */
+    dgc_transport_bytes bytes; /* bytes.payload: one compact payload */
+    dgc_compact_layout code;
+} dgc_plan;
+
+/* The plan of the call at step on a count-element buffer whose values are
+ * summed in sum_type (dgc_sum_type: DGC_SUM_F32 for fp32 buffers, the MPI
+ * path's; the NCCL path's fp16 and bf16 buffers name theirs, in which the
+ * dense transport sums and to which the values sent are clamped, as the
+ * uncompressed call would sum them). Everything in it follows from count,
+ * sum_type, step, nranks and the configuration, which are the same on every
+ * rank (invariant 1): it is the one place a call's shape is decided.
+ * Returns 0, or -1 when the call goes by the sparse all-gather and its
+ * compact payloads would not fit one (more than INT_MAX 8-byte words in
+ * all): the call passes through. */
+int dgc_policy_plan(const dgc_config *cfg, uint64_t count, unsigned sum_type, uint64_t step, int nranks,
+                    dgc_plan *out);
+
 /* What the calls on a count-element buffer from step on will need, for a
  * state sized once (warm-up densities only fall): *sparse_k, the largest k
  * of those that go by the sparse all-gather (0 when none does), and *dense,
  * whether any goes by the dense transport. */
-void dgc_policy_outlook(const dgc_config *cfg, uint64_t count, unsigned elem_bytes, uint64_t step, int nranks,
+void dgc_policy_outlook(const dgc_config *cfg, uint64_t count, unsigned sum_type, uint64_t step, int nranks,
                         uint64_t *sparse_k, int *dense);
 
 #ifdef __cplusplus

@@ -9,40 +9,30 @@
 #include "dgcshim/wire.h"
 #include "dgcshim/wire_compact.h"
 
+double dgc_density_at(double sparsity, uint64_t warmup_steps, uint64_t step) {
+    double target = 1.0 - sparsity;
+    if (step >= warmup_steps) return target;
+    int stages = 0;
+    for (double d = 0.25; d > target; d *= 0.25) stages++;
+    if (stages == 0) return target;
+    uint64_t stage = step * (uint64_t)stages / warmup_steps;
+    double d = 0.25;
+    for (uint64_t i = 0; i < stage; i++) d *= 0.25;
+    return d > target ? d : target;
+}
+
+uint64_t dgc_k_for(uint64_t n, double density) {
+    /* 1 - 0.999 is 0.0010000000000000009 in double: without the nudge, ceil
+     * would turn that rounding into an extra slot (1001 for n = 10^6). */
+    double x = density * (double)n;
+    double k = ceil(x * (1.0 - 1e-12));
+    if (k < 1) return n ? 1 : 0;
+    return k > (double)n ? n : (uint64_t)k;
+}
+
 int dgc_policy_compressible(const dgc_config *cfg, uint64_t count, int nranks) {
     return cfg->enable && count >= cfg->min_elements && count <= DGC_MAX_ELEMENTS &&
            (uint64_t)nranks >= cfg->min_ranks;
-}
-
-int dgc_policy_plan(const dgc_config *cfg, uint64_t count, unsigned elem_bytes, uint64_t step, int nranks,
-                    dgc_step_params *out) {
-    uint64_t k = dgc_k_for(count, dgc_density_at(cfg->sparsity, cfg->warmup_steps, step));
-    /* The sparse all-gather counts the compact payloads in 8-byte words with
-     * an int count, per rank and in total. The dense transport has no such
-     * limit: it gathers the headers alone and sums the vector in pieces. */
-    dgc_transport_bytes tb;
-    if (dgc_policy_transport(cfg, count, elem_bytes, k, nranks, &tb) == DGC_TRANSPORT_SPARSE) {
-        uint64_t words = tb.payload / 8;
-        if (words > (uint64_t)INT_MAX || words * (uint64_t)nranks > (uint64_t)INT_MAX) return -1;
-    }
-    *out = (dgc_step_params){
-        .n = count,
-        .step = step,
-        .k = k,
-        .momentum = (float)cfg->momentum,
-        .nesterov = cfg->nesterov,
-        .momentum_masking = cfg->momentum_masking,
-        .clip_norm = cfg->clip_norm,
-        .nranks = nranks,
-        .sample_ratio = cfg->sample_ratio,
-        .value_bits = (unsigned)cfg->value_bits,
-    };
-    /* Values are clamped so that the ranks' sum stays finite, also with
-     * momentum compensation (S_t - m S_{t-1}); the NCCL front end sets it
-     * again for a 16-bit buffer's type. */
-    out->clamp_bits = dgc_policy_value_limit_bits(DGC_SUM_F32, nranks,
-                                                  cfg->compensate && cfg->momentum > 0 ? cfg->momentum : 0.0);
-    return 0;
 }
 
 /* fp32: the largest L on an 11-bit grid whose sum over N ranks, rounded at
@@ -98,10 +88,48 @@ dgc_transport dgc_policy_transport(const dgc_config *cfg, uint64_t n, unsigned e
     return b.sparse < b.dense ? DGC_TRANSPORT_SPARSE : DGC_TRANSPORT_DENSE;
 }
 
+static unsigned elem_bytes_of(unsigned sum_type) { return sum_type == DGC_SUM_F32 ? 4u : 2u; }
+
+int dgc_policy_plan(const dgc_config *cfg, uint64_t count, unsigned sum_type, uint64_t step, int nranks,
+                    dgc_plan *out) {
+    const uint64_t k = dgc_k_for(count, dgc_density_at(cfg->sparsity, cfg->warmup_steps, step));
+    const unsigned value_bits = (unsigned)cfg->value_bits;
+    out->transport = dgc_policy_transport(cfg, count, elem_bytes_of(sum_type), k, nranks, &out->bytes);
+    /* The sparse all-gather counts the compact payloads in 8-byte words with
+     * an int count, per rank and in total. The dense transport has no such
+     * limit: it gathers the headers alone and sums the vector in pieces. */
+    if (out->transport == DGC_TRANSPORT_SPARSE) {
+        uint64_t words = out->bytes.payload / 8;
+        if (words > (uint64_t)INT_MAX || words * (uint64_t)nranks > (uint64_t)INT_MAX) return -1;
+    }
+    dgc_compact_layout_for(count, k, value_bits, &out->code);
+    const int compensated = cfg->compensate && cfg->momentum > 0;
+    out->p = (dgc_step_params){
+        .n = count,
+        .step = step,
+        .k = k,
+        .momentum = (float)cfg->momentum,
+        .nesterov = cfg->nesterov,
+        .momentum_masking = cfg->momentum_masking,
+        .clip_norm = cfg->clip_norm,
+        .nranks = nranks,
+        .sample_ratio = cfg->sample_ratio,
+        .value_bits = value_bits,
+        /* A 16-bit buffer's dense transport sums in its own type; the pairs
+         * of the sparse one are summed in fp32 and rounded once. */
+        .sum_type = out->transport == DGC_TRANSPORT_DENSE ? sum_type : DGC_SUM_F32,
+        /* The values sent are clamped so that the ranks' sum stays finite in
+         * the output's type, also with momentum compensation (S_t - m S_{t-1}). */
+        .clamp_bits = dgc_policy_value_limit_bits(sum_type, nranks, compensated ? cfg->momentum : 0.0),
+    };
+    return 0;
+}
+
 /* The densities from step on are dgc_density_at's stages that follow it: a
  * quarter each (exact in binary), never below the target, then the target. */
-void dgc_policy_outlook(const dgc_config *cfg, uint64_t count, unsigned elem_bytes, uint64_t step, int nranks,
+void dgc_policy_outlook(const dgc_config *cfg, uint64_t count, unsigned sum_type, uint64_t step, int nranks,
                         uint64_t *sparse_k, int *dense) {
+    const unsigned elem_bytes = elem_bytes_of(sum_type);
     const double target = 1.0 - cfg->sparsity;
     double d = dgc_density_at(cfg->sparsity, cfg->warmup_steps, step);
     *sparse_k = 0;

@@ -56,27 +56,6 @@ struct dgc_state {
     uint64_t scratch_cap;
 };
 
-double dgc_density_at(double sparsity, uint64_t warmup_steps, uint64_t step) {
-    double target = 1.0 - sparsity;
-    if (step >= warmup_steps) return target;
-    int stages = 0;
-    for (double d = 0.25; d > target; d *= 0.25) stages++;
-    if (stages == 0) return target;
-    uint64_t stage = step * (uint64_t)stages / warmup_steps;
-    double d = 0.25;
-    for (uint64_t i = 0; i < stage; i++) d *= 0.25;
-    return d > target ? d : target;
-}
-
-uint64_t dgc_k_for(uint64_t n, double density) {
-    /* 1 - 0.999 is 0.0010000000000000009 in double: without the nudge, ceil
-     * would turn that rounding into an extra slot (1001 for n = 10^6). */
-    double x = density * (double)n;
-    double k = ceil(x * (1.0 - 1e-12));
-    if (k < 1) return n ? 1 : 0;
-    return k > (double)n ? n : (uint64_t)k;
-}
-
 /* State arrays: 64-byte aligned (streaming stores need it) and zeroed. */
 static float *floats(uint64_t n) { return dgc_pages_alloc((size_t)n * sizeof(float)); }
 static void free_floats(float *p, uint64_t n) { dgc_pages_free(p, (size_t)n * sizeof(float)); }

@@ -156,14 +156,14 @@ static int compressed(const void *sb, void *rb, uint64_t count, MPI_Comm comm, i
                      DGC_COUNTS_PER_COMM);
         return DGC_MPI_PASS;
     }
-    dgc_step_params p;
-    if (dgc_policy_plan(cfg, count, sizeof(float), step, nranks, &p)) return DGC_MPI_PASS; /* too big for one all-gather */
+    dgc_plan plan;
+    if (dgc_policy_plan(cfg, count, DGC_SUM_F32, step, nranks, &plan)) return DGC_MPI_PASS; /* too big for one all-gather */
     io_view v;
     dgc_buffer *b = NULL;
     int local = DGC_PART_FAILED;
-    if (view_open(&v, sb, rb, count) == 0) local = find_state(c, sb, rb, &p, nranks, cfg, &b);
+    if (view_open(&v, sb, rb, count) == 0) local = find_state(c, sb, rb, &plan.p, nranks, cfg, &b);
     else DGC_ERROR("no memory for an aligned copy of a misaligned %llu-element buffer", (unsigned long long)count);
-    rc = dgc_mpi_exchange(c, b, local, v.g, v.work, &p, comm, cfg);
+    rc = dgc_mpi_exchange(c, b, local, v.g, v.work, &plan, comm, cfg);
     view_close(&v, rc == MPI_SUCCESS);
     return rc;
 }

@@ -327,13 +327,13 @@ static int skip_nonfinite(dgc_buffer *b, int local, float *work, const dgc_step_
     return MPI_SUCCESS;
 }
 
-int dgc_mpi_exchange(dgc_comm *c, dgc_buffer *b, int local, const float *g, float *work, const dgc_step_params *p,
+int dgc_mpi_exchange(dgc_comm *c, dgc_buffer *b, int local, const float *g, float *work, const dgc_plan *plan,
                      MPI_Comm comm, const dgc_config *cfg) {
-    dgc_transport_bytes tb;
-    layout l = {.plain = dgc_wire_bytes(p->k)};
-    dgc_compact_layout_for(p->n, p->k, p->value_bits, &l.code);
+    const dgc_step_params *p = &plan->p;
+    const dgc_transport_bytes tb = plan->bytes;
+    layout l = {.plain = dgc_wire_bytes(p->k), .code = plan->code};
     l.bytes = l.code.bytes;
-    l.dense = dgc_policy_transport(cfg, p->n, sizeof(float), p->k, p->nranks, &tb) == DGC_TRANSPORT_DENSE;
+    l.dense = plan->transport == DGC_TRANSPORT_DENSE;
     l.share = p->nranks > 1 ? (size_t)((tb.dense + (uint64_t)p->nranks - 2) / ((uint64_t)p->nranks - 1)) : 0;
     l.whole = !l.dense && l.bytes <= c->head; /* the dense transport always sends the headers first */
     DGC_DEBUG("step %llu, %llu elements, k %llu: %s transport (bytes a rank sends: sparse all-gather %llu, dense %llu)",

@@ -7,6 +7,7 @@
 
 #include "dgcshim/config.h"
 #include "dgcshim/engine.h"
+#include "dgcshim/policy.h"
 #include "core/registry.h"
 
 /* What this rank brings to the configuration check. */
@@ -46,7 +47,7 @@ dgc_comm *dgc_mpi_comm(MPI_Comm comm, int nranks, const dgc_config *cfg, int *rc
  * work). Returns MPI_SUCCESS or an error class (already handed to comm's
  * error handler); every rank returns alike. */
 enum { DGC_PART_STATE, DGC_PART_DENSE, DGC_PART_FAILED };
-int dgc_mpi_exchange(dgc_comm *c, dgc_buffer *b, int local, const float *g, float *work, const dgc_step_params *p,
+int dgc_mpi_exchange(dgc_comm *c, dgc_buffer *b, int local, const float *g, float *work, const dgc_plan *plan,
                      MPI_Comm comm, const dgc_config *cfg);
 
 /* Sums n floats of work over comm in place, the result the same bytes on

@@ -215,10 +215,13 @@ static cudaError_t exchange_alloc(dgc_nccl_call *k, size_t bytes) {
     return e;
 }
 
+/* The pairs go by the dense transport (the plan's). */
+static int dense(const dgc_nccl_call *k) { return k->plan.transport == DGC_TRANSPORT_DENSE; }
+
 /* One payload as the call's exchange sends it: the compact one by the
  * all-gather, the 32-byte header alone by the dense transport. */
 static size_t sent_bytes(const dgc_nccl_call *k) {
-    return k->dense ? sizeof(dgc_wire_header) : (size_t)k->tb.payload;
+    return dense(k) ? sizeof(dgc_wire_header) : (size_t)k->plan.bytes.payload;
 }
 
 /* Exchange memory of a flagged call: its header and every rank's, then,
@@ -228,7 +231,7 @@ static size_t sent_bytes(const dgc_nccl_call *k) {
  * after. */
 static size_t flagged_bytes(const dgc_nccl_call *k) {
     const size_t r = (size_t)k->c->nranks;
-    return sent_bytes(k) * (1 + r) + (k->dense ? sizeof(float) * r : 0);
+    return sent_bytes(k) * (1 + r) + (dense(k) ? sizeof(float) * r : 0);
 }
 
 static cudaError_t flagged_buffers(dgc_nccl_call *k) {
@@ -241,7 +244,7 @@ static cudaError_t flagged_buffers(dgc_nccl_call *k) {
     /* Only the header is written, and only it is read, but the payload
      * travels whole: fresh pool memory may hold the application's data. */
     e = cudaMemsetAsync(k->payload, 0, one, k->stream);
-    if (e != cudaSuccess || !k->dense) return e;
+    if (e != cudaSuccess || !dense(k)) return e;
     void *spare = (char *)k->gathered + one * r;
     k->vec = (dgc_gpu_dense_vector){
         .body = k->recv, .block = k->count / r, .spare = spare, .type = k->gpu_dtype};
@@ -252,7 +255,7 @@ static cudaError_t flagged_buffers(dgc_nccl_call *k) {
 /* No state: a flagged header from the call's own exchange memory; cause:
  * this rank's reason, for the statistics. */
 static void take_part_flagged(dgc_nccl_call *k, dgc_fail_cause cause) {
-    if (!k->payload || (k->dense && !k->vec.body)) {
+    if (!k->payload || (dense(k) && !k->vec.body)) {
         cudaError_t e = flagged_buffers(k);
         if (e != cudaSuccess) {
             (void)cudaGetLastError();
@@ -267,7 +270,7 @@ static void take_part_flagged(dgc_nccl_call *k, dgc_fail_cause cause) {
     k->part = DGC_NCCL_FAILED;
     dgc_registry_count_failed(cause, 1);
     dgc_nccl_ext(k->c)->own_flagged++;
-    if (dgc_gpu_flag_only(k->payload, DGC_WIRE_FAILED, &k->p, k->stream)) {
+    if (dgc_gpu_flag_only(k->payload, DGC_WIRE_FAILED, &k->plan.p, k->stream)) {
         DGC_ERROR("a flagged payload could not be enqueued (%s): this call fails with ncclUnhandledCudaError "
                   "without its all-gather, and the other ranks may wait for this one",
                   dgc_gpu_last_error());
@@ -298,7 +301,7 @@ static void plan(dgc_nccl_call *k, const dgc_config *cfg) {
     k->lack = DGC_NCCL_LACK_NONE;
     k->payload = k->gathered = k->xbuf = NULL;
     k->vec = (dgc_gpu_dense_vector){0};
-    k->dense = 0;
+    k->plan.transport = DGC_TRANSPORT_SPARSE; /* until planned: flagged payloads are plain */
     k->xbuf_sync = 0;
     k->xrc = ncclSuccess;
     k->rc = ncclSuccess;
@@ -321,24 +324,13 @@ static void plan(dgc_nccl_call *k, const dgc_config *cfg) {
         k->part = DGC_NCCL_PASS;
         return;
     }
-    /* Both ways weighed at the buffer's own element size: the dense
-     * transport sums a 16-bit buffer in its type, as the plain call would. */
-    const unsigned elem = (unsigned)dgc_gpu_dtype_size(k->gpu_dtype);
-    if (dgc_policy_plan(cfg, k->count, elem, step, c->nranks, &k->p)) { /* too big for one payload */
-        k->part = DGC_NCCL_PASS;
+    if (dgc_policy_plan(cfg, k->count, dgc_gpu_sum_type_of(k->gpu_dtype), step, c->nranks, &k->plan)) {
+        k->part = DGC_NCCL_PASS; /* too big for one payload */
         return;
     }
-    k->dense = dgc_policy_transport(cfg, k->count, elem, k->p.k, c->nranks, &k->tb) == DGC_TRANSPORT_DENSE;
-    if (k->dense) k->p.sum_type = dgc_gpu_sum_type_of(k->gpu_dtype); /* the pairs rounded to it */
-    /* Either way the output goes back into the buffer's type: each value is
-     * clamped so that it cannot overflow there (with compensation, S_t - m
-     * S_{t-1} is what must fit). */
-    const int compensated = cfg->compensate && k->p.momentum > 0.0f;
-    k->p.clamp_bits = dgc_policy_value_limit_bits(dgc_gpu_sum_type_of(k->gpu_dtype), c->nranks,
-                                                  compensated ? (double)k->p.momentum : 0.0);
     DGC_DEBUG("step %llu, %llu elements, k %llu: %s transport (bytes a rank sends: sparse all-gather %llu, dense %llu)",
-              (unsigned long long)step, (unsigned long long)k->count, (unsigned long long)k->p.k,
-              k->dense ? "dense" : "sparse", (unsigned long long)k->tb.sparse, (unsigned long long)k->tb.dense);
+              (unsigned long long)step, (unsigned long long)k->count, (unsigned long long)k->plan.p.k,
+              dense(k) ? "dense" : "sparse", (unsigned long long)k->plan.bytes.sparse, (unsigned long long)k->plan.bytes.dense);
     if (dgc_nccl_ext(c)->report) {
         k->b = dgc_nccl_state_get(k, cfg);
     } else {
@@ -351,7 +343,7 @@ static void plan(dgc_nccl_call *k, const dgc_config *cfg) {
 /* A count's first call: the ranks vote (a communicator of one rank
  * decides alone). */
 static int first_call(const dgc_nccl_call *k) {
-    return (k->part == DGC_NCCL_STATE || k->part == DGC_NCCL_FAILED) && k->p.step == 0;
+    return (k->part == DGC_NCCL_STATE || k->part == DGC_NCCL_FAILED) && k->plan.p.step == 0;
 }
 static int votes(const dgc_nccl_call *k) { return first_call(k) && k->c->nranks > 1; }
 
@@ -463,13 +455,13 @@ static void compress(dgc_nccl_call *k, const dgc_config *cfg) {
     dgc_gpu_state *s = k->b->gpu;
     /* The all-gather's payloads travel compact; the dense transport's
      * headers are the plain payload's. */
-    k->payload = k->dense ? dgc_gpu_payload(s) : dgc_gpu_wire(s);
-    k->gathered = k->dense ? dgc_gpu_gathered(s) : dgc_gpu_wire_gathered(s);
-    if (k->dense && dgc_gpu_dense_view(s, k->recv, k->gpu_dtype, &k->vec))
+    k->payload = dense(k) ? dgc_gpu_payload(s) : dgc_gpu_wire(s);
+    k->gathered = dense(k) ? dgc_gpu_gathered(s) : dgc_gpu_wire_gathered(s);
+    if (dense(k) && dgc_gpu_dense_view(s, k->recv, k->gpu_dtype, &k->vec))
         snprintf(err, sizeof err, "the state has no room for the dense transport (a bug)");
-    else if (dgc_gpu_compress(s, k->send, k->recv, k->gpu_dtype, &k->p, k->stream, err, sizeof err) == 0 &&
-             (k->dense ? dgc_gpu_dense_scatter(s, k->recv, k->gpu_dtype, &k->p, k->stream, err, sizeof err)
-                       : dgc_gpu_encode(s, &k->p, k->stream, err, sizeof err)) == 0)
+    else if (dgc_gpu_compress(s, k->send, k->recv, k->gpu_dtype, &k->plan.p, k->stream, err, sizeof err) == 0 &&
+             (dense(k) ? dgc_gpu_dense_scatter(s, k->recv, k->gpu_dtype, &k->plan.p, k->stream, err, sizeof err)
+                       : dgc_gpu_encode(s, &k->plan.p, k->stream, err, sizeof err)) == 0)
         return;
     DGC_ERROR("the compression of a %llu-element buffer could not be enqueued (%s): the call takes part "
               "flagged as failed",
@@ -483,7 +475,7 @@ static void compress(dgc_nccl_call *k, const dgc_config *cfg) {
  * all-gathers. All from collective inputs: the same on every rank. */
 static int collectives(const dgc_nccl_call *k, int phase) {
     if (k->part == DGC_NCCL_DEAD) return 0;
-    if (k->part == DGC_NCCL_PASS || !k->dense) return phase == 0;
+    if (k->part == DGC_NCCL_PASS || !dense(k)) return phase == 0;
     int sum = (k->vec.block > 0) + (k->vec.rem > 0);
     return phase == 0 ? 1 + sum : sum;
 }
@@ -523,7 +515,7 @@ static void exchange(const dgc_nccl_api *api, dgc_nccl_call *k, int phase) {
     }
     /* The payloads, or by the dense transport their headers, then its sum. */
     if (phase == 0) note(k, api->all_gather(k->payload, k->gathered, sent_bytes(k), ncclUint8, k->comm, k->stream));
-    if (k->dense) dense_sum(api, k, phase);
+    if (dense(k)) dense_sum(api, k, phase);
 }
 
 /* The exchange did not go through: nothing is decoded, nothing committed.
@@ -537,7 +529,7 @@ static void exchange_failed(dgc_nccl_call *k, ncclResult_t rc) {
     if (k->part != DGC_NCCL_PASS)
         DGC_ERROR("the real NCCL exchange of a compressed call failed (ncclResult_t %d): nothing was decoded or "
                   "committed%s",
-                  (int)rc, k->dense ? " (the other ranks may wait in its dense sum)" : "");
+                  (int)rc, dense(k) ? " (the other ranks may wait in its dense sum)" : "");
     k->part = DGC_NCCL_DEAD;
     k->rc = rc;
 }
@@ -549,9 +541,9 @@ static void count_call(dgc_nccl_call *k) {
     /* What this rank sent to each other rank: its payload, or by the dense
      * transport its total over N-1 (as the MPI path counts it). */
     const uint64_t others = (uint64_t)k->c->nranks - 1;
-    size_t wire = !k->dense ? sent_bytes(k) : others ? (size_t)((k->tb.dense + others - 1) / others) : 0;
+    size_t wire = !dense(k) ? sent_bytes(k) : others ? (size_t)((k->plan.bytes.dense + others - 1) / others) : 0;
     s->calls++;
-    s->dense_transport += k->dense != 0;
+    s->dense_transport += dense(k);
     s->dense_bytes += (uint64_t)k->count * dgc_gpu_dtype_size(k->gpu_dtype);
     s->wire_bytes += wire;
     s->last_wire_bytes = wire;
@@ -569,14 +561,14 @@ static void finish(dgc_nccl_call *k, const dgc_config *cfg) {
         else if (cfg->stats) dgc_registry_count_passthrough();
         break;
     case DGC_NCCL_STATE:
-        failed = (k->dense ? dgc_gpu_decode_dense : dgc_gpu_decode)(k->b->gpu, k->recv, k->gpu_dtype, &k->p,
+        failed = (dense(k) ? dgc_gpu_decode_dense : dgc_gpu_decode)(k->b->gpu, k->recv, k->gpu_dtype, &k->plan.p,
                                                                     cfg->compensate, k->op == ncclAvg, report,
                                                                     k->stream, err, sizeof err) != 0;
         count_call(k);
         dgc_registry_tally_add(DGC_TALLY_NCCL_COMPRESSED);
         break;
     case DGC_NCCL_FAILED:
-        failed = dgc_gpu_decode_stateless(k->gathered, sent_bytes(k), k->recv, k->gpu_dtype, &k->p, report,
+        failed = dgc_gpu_decode_stateless(k->gathered, sent_bytes(k), k->recv, k->gpu_dtype, &k->plan.p, report,
                                           k->stream) != 0;
         if (failed) snprintf(err, sizeof err, "%s", dgc_gpu_last_error());
         dgc_registry_tally_add(DGC_TALLY_NCCL_COMPRESSED);

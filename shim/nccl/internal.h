@@ -300,9 +300,7 @@ struct dgc_nccl_call {
     dgc_comm *c;
     dgc_gpu_dtype gpu_dtype;
     int part;             /* DGC_NCCL_* */
-    dgc_step_params p;
-    int dense;            /* the pairs go by the dense transport (dgc_policy_transport) */
-    dgc_transport_bytes tb; /* what a rank sends either way */
+    dgc_plan plan;        /* step, k, transport, bytes (dgc_policy_plan): the same on every rank */
     int forward;          /* DGC_NCCL_RUN, or forwarded untouched (DGC_NCCL_FORWARD*) */
     dgc_buffer *b;        /* DGC_NCCL_STATE */
     int lack;             /* DGC_NCCL_LACK_*: why b is NULL */

@@ -116,7 +116,7 @@ dgc_buffer *dgc_nccl_state_get(dgc_nccl_call *k, const dgc_config *cfg) {
     const void *key = k->send == k->recv ? NULL : k->send;
     dgc_gpu_shape want = {
         .n = k->count,
-        .k = k->p.k,
+        .k = k->plan.p.k,
         .nranks = c->nranks,
         .with_momentum = cfg->momentum > 0,
         .keep_prev = cfg->compensate && cfg->momentum > 0,
@@ -125,7 +125,7 @@ dgc_buffer *dgc_nccl_state_get(dgc_nccl_call *k, const dgc_config *cfg) {
     };
     /* Sized once for every later step: the gathered payloads for the largest
      * k that goes sparse, the dense room when some step goes dense. */
-    dgc_policy_outlook(cfg, k->count, (unsigned)dgc_gpu_dtype_size(k->gpu_dtype), k->p.step, c->nranks,
+    dgc_policy_outlook(cfg, k->count, dgc_gpu_sum_type_of(k->gpu_dtype), k->plan.p.step, c->nranks,
                        &want.sparse_k, &want.dense);
     k->lack = DGC_NCCL_LACK_NONE;
     k->footprint = dgc_gpu_state_footprint(&want);

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "dgcshim/engine.h"
+#include "dgcshim/policy.h"
 #include "dgcshim/wire.h"
 #include "dgcshim/wire_compact.h"
 #include "../common/round16_ref.h"

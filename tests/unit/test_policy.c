@@ -127,7 +127,7 @@ Test(policy_transport, outlook_covers_every_later_step) {
                         else if (k > want_k)
                             want_k = k;
                     }
-                    dgc_policy_outlook(&cfg, n, elem, step, ranks[r], &got_k, &got_dense);
+                    dgc_policy_outlook(&cfg, n, elem == 4 ? DGC_SUM_F32 : DGC_SUM_F16, step, ranks[r], &got_k, &got_dense);
                     cr_assert(got_k == want_k && got_dense == want_dense,
                               "elem %u value bits %u transport %d N %d step %llu: outlook (%llu, %d), steps say "
                               "(%llu, %d)",
@@ -155,8 +155,9 @@ Test(policy_plan, limit_is_the_compact_all_gather) {
                     int sparse = dgc_policy_transport(&cfg, n, 4, k, N, NULL) == DGC_TRANSPORT_SPARSE;
                     double words = compact_bytes((double)n, (double)k, vb) / 8;
                     int fits = !sparse || words * N <= 2147483647.0;
-                    dgc_step_params p;
-                    int rc = dgc_policy_plan(&cfg, n, 4, step, N, &p);
+                    dgc_plan plan;
+                    int rc = dgc_policy_plan(&cfg, n, DGC_SUM_F32, step, N, &plan);
+                    const dgc_step_params p = plan.p;
                     cr_assert_eq(rc, fits ? 0 : -1, "value bits %u transport %d N %d step %llu (k %llu, %s): plan %d",
                                  vb, t, N, (unsigned long long)step, (unsigned long long)k,
                                  sparse ? "sparse" : "dense", rc);
@@ -172,9 +173,45 @@ Test(policy_plan, compact_payloads_fit_where_plain_ones_did_not) {
     dgc_config cfg = with_transport(DGC_TRANSPORT_AUTO);
     cfg.sparsity = 0.75;
     cfg.warmup_steps = 0;
-    dgc_step_params p;
-    cr_assert_eq(dgc_policy_plan(&cfg, 4294967295ull, 4, 0, 2, &p), 0);
-    cr_assert_gt((double)p.k * 8 * 2 / 8, 2147483647.0); /* the plain payloads would not */
+    dgc_plan plan;
+    cr_assert_eq(dgc_policy_plan(&cfg, 4294967295ull, DGC_SUM_F32, 0, 2, &plan), 0);
+    cr_assert_gt((double)plan.p.k * 8 * 2 / 8, 2147483647.0); /* the plain payloads would not */
     cfg.transport = DGC_TRANSPORT_DENSE;
-    cr_assert_eq(dgc_policy_plan(&cfg, 4294967295ull, 4, 0, 4096, &p), 0);
+    cr_assert_eq(dgc_policy_plan(&cfg, 4294967295ull, DGC_SUM_F32, 0, 4096, &plan), 0);
+}
+
+/* One plan per call: its transport, bytes and layout are what the pieces
+ * give, its sum type is the buffer's on the dense transport only, and its
+ * clamp is the buffer type's limit (with compensation, divided by 1 + m). */
+Test(policy_plan, one_plan_holds_the_whole_call) {
+    static const unsigned types[] = {DGC_SUM_F32, DGC_SUM_F16, DGC_SUM_BF16};
+    static const int ranks[] = {1, 2, 8, 300};
+    for (size_t t = 0; t < 3; t++)
+        for (int tr = DGC_TRANSPORT_AUTO; tr <= DGC_TRANSPORT_DENSE; tr++)
+            for (size_t r = 0; r < sizeof ranks / sizeof *ranks; r++)
+                for (int comp = 0; comp < 2; comp++) {
+                    dgc_config cfg = with_transport(tr);
+                    cfg.warmup_steps = 4;
+                    cfg.momentum = comp ? 0.9 : 0.0;
+                    cfg.compensate = comp;
+                    const uint64_t n = 100003;
+                    const unsigned elem = types[t] == DGC_SUM_F32 ? 4 : 2;
+                    for (uint64_t step = 0; step < 6; step++) {
+                        dgc_plan plan;
+                        cr_assert_eq(dgc_policy_plan(&cfg, n, types[t], step, ranks[r], &plan), 0);
+                        const uint64_t k = dgc_k_for(n, dgc_density_at(cfg.sparsity, cfg.warmup_steps, step));
+                        dgc_transport_bytes tb;
+                        const dgc_transport want = dgc_policy_transport(&cfg, n, elem, k, ranks[r], &tb);
+                        dgc_compact_layout code;
+                        dgc_compact_layout_for(n, k, (unsigned)cfg.value_bits, &code);
+                        cr_assert(plan.p.k == k && plan.p.n == n && plan.p.step == step && plan.transport == want &&
+                                      plan.bytes.sparse == tb.sparse && plan.bytes.dense == tb.dense &&
+                                      plan.code.bytes == code.bytes,
+                                  "type %u transport %d N %d step %llu", types[t], tr, ranks[r],
+                                  (unsigned long long)step);
+                        cr_assert_eq(plan.p.sum_type, want == DGC_TRANSPORT_DENSE ? types[t] : DGC_SUM_F32);
+                        cr_assert_eq(plan.p.clamp_bits,
+                                     dgc_policy_value_limit_bits(types[t], ranks[r], comp ? 0.9 : 0.0));
+                    }
+                }
 }
