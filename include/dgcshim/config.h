@@ -1,7 +1,7 @@
 /* dgcshim configuration: the DGC_* environment variables.
  *
  * Every variable lives in one table (shim/core/config.c). The parser, the start-up
- * banner, the cross-rank consistency hash and the README all follow that table. */
+ * banner, the cross-rank consistency hash and docs/configuration.md all follow that table. */
 #ifndef DGCSHIM_CONFIG_H
 #define DGCSHIM_CONFIG_H
 

@@ -1,7 +1,7 @@
 /* The DGC_* variables: one table, one parser, one description.
  *
  * Modelled on mimalloc's options.c: the table row is the single source of the
- * name, default, range and storage of a variable. The README's table is checked
+ * name, default, range and storage of a variable. docs/configuration.md's table is checked
  * against it by tests/unit/test_config.c. */
 #include "dgcshim/config.h"
 
@@ -23,7 +23,7 @@ typedef struct {
     double lo, hi;        /* accepted range */
     int hi_open;          /* 1: hi itself is excluded */
     int lo_open;          /* 1: lo itself is excluded */
-    const char *range;    /* the range as printed in errors and the README */
+    const char *range;    /* the range as printed in errors and docs/configuration.md */
     int collective;       /* ranks must agree on it */
     size_t offset;        /* where the parsed value lives in dgc_config */
     const char *const *names; /* KIND_CHOICE: the accepted names, NULL-terminated */

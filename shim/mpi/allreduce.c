@@ -88,7 +88,7 @@ static void warn_growth(dgc_comm *c, uint64_t count) {
              "elements): the program all-reduces fresh buffers (a new send or output address each call), so "
              "residuals do not carry over between steps. All-reduce each gradient in place, or from and into buffers that persist "
              "(TensorFlow allocates new gradient tensors every step: under Horovod keep its tensor fusion and pass "
-             "groups=1 to hvd.DistributedOptimizer; see the README, 'Frameworks'); states unused for "
+             "groups=1 to hvd.DistributedOptimizer; see docs/frameworks.md); states unused for "
              "DGC_STATE_IDLE_CALLS calls are freed",
              (unsigned long long)c->live, (unsigned long long)c->created, (unsigned long long)c->calls,
              (unsigned long long)count);
@@ -109,7 +109,7 @@ static void warn_fusion(dgc_comm *c, const void *key, const void *rb, uint64_t c
              "fusion buffer that packs different tensors from step to step, so the residual kept at an offset "
              "belongs to another tensor the next step. With Horovod pass groups=1 to hvd.DistributedOptimizer "
              "(all gradients in one fused buffer of a fixed layout), or set HOROVOD_FUSION_THRESHOLD=0 (each "
-             "gradient in place on its own; PyTorch); see the README, 'Frameworks'",
+             "gradient in place on its own; PyTorch); see docs/frameworks.md",
              rb, (unsigned long long)counts, (unsigned long long)count);
 }
 

@@ -47,8 +47,7 @@ void dgc_mpi_setup(void) {
     int agree = dgc_mpi_lifetime_init(&cfg, failed ? DGC_LOCAL_PARSE_FAILED : 0);
     if (agree != DGC_AGREE_OK) {
         DGC_ERROR("stopping: %s", agree == DGC_AGREE_NO_MEMORY ? "no memory for the shim's start-up"
-                                                             : "fix the DGC_* environment (see the README's "
-                                                               "configuration table)");
+                                                             : "fix the DGC_* environment (see docs/configuration.md)");
         PMPI_Abort(MPI_COMM_WORLD, 1);
     }
     dgc_config_install(&cfg);

@@ -158,7 +158,7 @@ static void warn_unreached(void) {
     DGC_WARN("this process used the GPU and %s holds NCCL, but no NCCL call reached the shim: that NCCL is linked "
              "in statically with local symbols (conda's PyTorch, TensorFlow up to 2.19, Horovod GPU builds), so "
              "nothing was compressed. Use a build that loads libnccl.so.2 dynamically: readelf -d libtorch_cuda.so "
-             "must list libnccl.so.2 as NEEDED (pip wheels do); see the README",
+             "must list libnccl.so.2 as NEEDED (pip wheels do); see docs/nccl.md",
              s.found);
 }
 

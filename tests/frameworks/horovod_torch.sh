@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # frameworks.horovod_torch: ld_preload_examples/horovod_torch_fashion.py, an
 # ordinary Horovod + PyTorch script, on 4 ranks under the shim for 100 steps
-# (all of them warm-up), the two ways the README gives to keep residuals with
+# (all of them warm-up), the two ways docs/frameworks.md gives to keep residuals with
 # their tensors:
 #   groups=1 (--groups 1): one buffer row in STATS, the 215,370 gradients, a
 #     call every step (100 compressed calls);

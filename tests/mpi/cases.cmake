@@ -161,7 +161,7 @@ mpi_case(memory_budget ${LIFE} -e DGC_MAX_STATE_MB=12 --times 4 "would pass DGC_
 # and nothing lost.
 mpi_case(memory_budget_mixed --check $<TARGET_FILE:lifetime_check> -e DGC_SAMPLE_RATIO=1 -e DGC_SPARSITY=0.99
          --split DGC_MAX_STATE_MB=0,4 -- budget --n 300000 --mixed 1)
-# Resident memory during and after warm-up against the README's formula.
+# Resident memory during and after warm-up against docs/memory.md's formula.
 mpi_case(memory_formula --check $<TARGET_FILE:lifetime_check> -e DGC_MOMENTUM=0.9 -e DGC_WARMUP_STEPS=8
          -- memory --n 4194304 --warmup 8 --momentum 0.9 --sparsity 0.999)
 # With momentum compensation, rank 0's buffer moves to a fresh state (and

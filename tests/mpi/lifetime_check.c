@@ -28,7 +28,7 @@
  *       one buffer all-reduced in place R rounds over C distinct counts, as
  *       a fusion buffer is: the case greps for the shim's fusion warning
  *   lifetime_check memory --n N --warmup W --momentum m
- *       resident memory during warm-up and after it against the README's
+ *       resident memory during warm-up and after it against docs/memory.md's
  *       formula
  *   lifetime_check moved [--back 1]
  *       with momentum compensation, rank 0's gradient buffer moves to a
@@ -243,7 +243,7 @@ static void mode_growth(const options *o) {
                           o->fresh ? "fresh" : "persistent");
 }
 
-/* ---- resident memory against the README's formula ----
+/* ---- resident memory against docs/memory.md's formula ----
  * A(x): what an array of x bytes takes: below 256 KiB the heap's 64-byte
  * rounding, from 2 MiB up whole 2 MiB pages, between them whole 4 KiB pages. */
 static double alloc_bytes(double x) {
@@ -251,7 +251,7 @@ static double alloc_bytes(double x) {
     return ceil(x / to) * to;
 }
 
-/* The compact payload on the wire (the README's "The payload"): header and
+/* The compact payload on the wire (docs/payload.md): header and
  * count word, the Elias-Fano upper area (k + (n-1)/2^L bits) and low area
  * (k L bits) for the L that makes the fewest bits, the values; each area in
  * 8-byte words. */
@@ -267,7 +267,7 @@ static double compact_bytes(double n, double k) {
     return 40 + 8 * ceil(upper / 64) + 8 * ceil(k * low / 64) + 8 * ceil(k * value_bits / 64);
 }
 
-/* The README's per-buffer formula, for k slots, sparse transport: with
+/* docs/memory.md's per-buffer formula, for k slots, sparse transport: with
  * momentum (compensated) the last step's wire buffer is kept too. */
 static double formula(double n, double k, int ranks, int momentum) {
     double payload = 32 + 8 * k, cand = fmin(n, fmax(8 * k, 4096));

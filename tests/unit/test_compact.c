@@ -1324,7 +1324,7 @@ Test(compact_encode, many_pairs_a_late_fault_is_refused) {
     free(val);
 }
 
-/* The byte budget at the sizes the README quotes. */
+/* The byte budget at the sizes docs/payload.md quotes. */
 Test(compact_ratio, sparsity_999_permille_of_669706_floats_is_over_a_thousandfold) {
     const uint64_t n = 669706, k = dgc_k_for(n, 0.001);
     dgc_compact_layout L;

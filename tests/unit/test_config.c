@@ -1,5 +1,5 @@
 /* Unit tests for shim/core/config.c: the DGC_* table, parser, hash, description and
- * the README's option table. The environment is a small name=value table read
+ * docs/configuration.md's option table. The environment is a small name=value table read
  * through a dgc_env_lookup, never setenv. */
 #include <criterion/criterion.h>
 
@@ -587,33 +587,51 @@ static int contains_token(const char *hay, const char *needle) {
     return 0;
 }
 
-Test(config_readme, every_option_has_a_table_row_with_its_default) {
-    const char *path = DGC_SOURCE_DIR "/README.md";
+/* The i-th cell of a Markdown table row ("| a | b |": 0 is a), trimmed, into
+ * out; 0, or -1 when the row has fewer cells. */
+static int table_cell(const char *row, int i, char *out, size_t len) {
+    const char *p = strchr(row, '|');
+    for (int c = 0; p && c < i; c++) p = strchr(p + 1, '|');
+    if (!p) return -1;
+    p++;
+    const char *end = strchr(p, '|');
+    if (!end) return -1;
+    while (p < end && (*p == ' ' || *p == '\t')) p++;
+    while (end > p && (end[-1] == ' ' || end[-1] == '\t')) end--;
+    snprintf(out, len, "%.*s", (int)(end - p), p);
+    return 0;
+}
+
+/* docs/configuration.md has one table row per variable of the option
+ * table: `NAME` | its default | exactly its accepted range | meaning. */
+Test(config_docs, every_option_has_a_row_with_its_default_and_range) {
+    const char *path = DGC_SOURCE_DIR "/docs/configuration.md";
     FILE *f = fopen(path, "r");
-    cr_assert_not_null(f, "%s does not exist yet: the README must document every DGC_* variable in a table row "
-                          "with its default",
-                       path);
+    cr_assert_not_null(f, "%s does not exist: it must document every DGC_* variable in a table row", path);
     int found[DGC_OPT_COUNT] = {0};
-    char line[4096];
+    char line[4096], name[128], def[256], range[256];
     while (fgets(line, sizeof line, f)) {
         const char *p = line;
         while (*p == ' ' || *p == '\t') p++;
-        if (*p != '|') continue; /* table rows only */
+        if (*p != '|' || table_cell(p, 0, name, sizeof name) || table_cell(p, 1, def, sizeof def) ||
+            table_cell(p, 2, range, sizeof range))
+            continue;
         for (int i = 0; i < DGC_OPT_COUNT; i++) {
             char quoted[64];
             snprintf(quoted, sizeof quoted, "`%s`", dgc_option_name((dgc_option)i));
-            char *at = strstr(line, quoted);
-            if (!at) continue;
-            /* Look for the default outside the name itself. */
-            char rest[4096];
-            snprintf(rest, sizeof rest, "%.*s %s", (int)(at - line), line, at + strlen(quoted));
-            if (contains_token(rest, dgc_option_default((dgc_option)i))) found[i] = 1;
+            if (strcmp(name, quoted) != 0) continue;
+            cr_expect(contains_token(def, dgc_option_default((dgc_option)i)),
+                      "docs/configuration.md gives `%s` the default %s; the option table says %s",
+                      dgc_option_name((dgc_option)i), def, dgc_option_default((dgc_option)i));
+            cr_expect_str_eq(range, dgc_option_range((dgc_option)i),
+                             "docs/configuration.md gives `%s` the range %s; the option table says %s",
+                             dgc_option_name((dgc_option)i), range, dgc_option_range((dgc_option)i));
+            found[i] = 1;
         }
     }
     fclose(f);
     for (int i = 0; i < DGC_OPT_COUNT; i++)
-        cr_expect(found[i], "README.md has no table row with `%s` and its default %s", dgc_option_name((dgc_option)i),
-                  dgc_option_default((dgc_option)i));
+        cr_expect(found[i], "docs/configuration.md has no table row for `%s`", dgc_option_name((dgc_option)i));
 }
 
 /* ---- the launcher's rank (NCCL-only processes) -------------------------- */

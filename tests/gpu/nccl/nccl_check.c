@@ -1172,7 +1172,7 @@ static void case_capture_query(void) {
 }
 
 /* The largest fp16 value one of N ranks may send so that the ranks' sum
- * cannot overflow fp16 (the README, "Transport"): the largest finite
+ * cannot overflow fp16 (docs/payload.md, "Transport"): the largest finite
  * binary16 at most 65504 (2049 - N) / (2048 N), found here by a walk over
  * the encodings. */
 static float half_limit(int N) {
