@@ -7,7 +7,7 @@ gradients travel in ONE fused buffer of a fixed layout.
 
   mpirun -np 2 -x LD_PRELOAD=$PWD/build/libdgcshim.so -x DGC_STATS=1 \\
       .venv/horovod-tf/bin/python ld_preload_examples/horovod_groups1.py \\
-      ld_preload_examples/horovod_upstream/tensorflow2_keras_synthetic_benchmark.py \\
+      .upstream/horovod-examples/tensorflow2_keras_synthetic_benchmark.py \\
       --no-cuda --num-iters 3 --num-batches-per-iter 2 --model MobileNetV2 --batch-size 8
 
 Why: with Horovod's default tensor fusion the fusion buffer packs a different

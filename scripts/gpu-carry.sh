@@ -1,11 +1,40 @@
 #!/usr/bin/env bash
 # Prepares .gpu/ (git-ignored) for a run on the GPU machine, which sees only
-# the checkout: NCCL 2.30.7 (two ranks on one GPU) from ../shared/nccl, and
-# Fashion-MNIST for the DDP trainer. Name .gpu in the device tool's carry.
+# the checkout: an NCCL 2.30+ libnccl.so.2 (the first release that lets two
+# ranks share one GPU, with NCCL_MULTI_RANK_GPU_ENABLE=1) and Fashion-MNIST
+# for the DDP trainer, and the official DGC compressor for the benchmark's
+# baseline (scripts/fetch-upstream.sh official-dgc). Name .gpu in the
+# device tool's carry.
+#
+#   scripts/gpu-carry.sh --nccl DIR [--data DIR] [--dgc-from DIR]
+#     --nccl DIR   a directory with libnccl.so.2 (and LICENSE.txt) of NCCL 2.30+
+#                  built for the GPU (sm_90 for an H200): NVIDIA's release from
+#                  https://developer.nvidia.com/nccl, or a build of
+#                  https://github.com/NVIDIA/nccl (make src.build NVCC_GENCODE=...)
+#     --data DIR   Fashion-MNIST's IDX .gz files (default /usr/share/datasets/fashion-mnist,
+#                  Debian's dataset-fashion-mnist)
+#     --dgc-from DIR   a clone of synxlin/deep-gradient-compression, for a machine without
+#                  GitHub (fetch-upstream.sh --from)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-shared=${SHARED:-../shared}
+nccl="" data=/usr/share/datasets/fashion-mnist dgc_from=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --nccl) nccl=$2; shift 2 ;;
+    --data) data=$2; shift 2 ;;
+    --dgc-from) dgc_from=$2; shift 2 ;;
+    *) echo "gpu-carry.sh: unknown argument $1 (--nccl DIR [--data DIR] [--dgc-from DIR])" >&2; exit 2 ;;
+  esac
+done
+[ -n "$nccl" ] || { echo "gpu-carry.sh: give --nccl DIR: a directory holding NCCL 2.30+'s libnccl.so.2 (see the script's header)" >&2; exit 2; }
+[ -f "$nccl/libnccl.so.2" ] || { echo "gpu-carry.sh: no libnccl.so.2 in $nccl" >&2; exit 2; }
 mkdir -p .gpu/nccl .gpu/data
-cp -f "$shared/nccl/libnccl.so.2" "$shared/nccl/LICENSE.txt" .gpu/nccl/
-cp -f /usr/share/datasets/fashion-mnist/*.gz .gpu/data/
+cp -f "$nccl/libnccl.so.2" .gpu/nccl/
+[ -f "$nccl/LICENSE.txt" ] && cp -f "$nccl/LICENSE.txt" .gpu/nccl/
+cp -f "$data"/*.gz .gpu/data/
+if scripts/fetch-upstream.sh official-dgc ${dgc_from:+--from "$dgc_from"} >/dev/null; then
+  rm -rf .gpu/official-dgc && cp -r .upstream/official-dgc .gpu/official-dgc
+else
+  echo "gpu-carry.sh: no official DGC compressor: the GPU benchmark will report its baseline skipped (--dgc-from DIR)" >&2
+fi
 du -sh .gpu

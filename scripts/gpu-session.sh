@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The device session's one prepared command. First, on this side:
-# scripts/gpu-carry.sh, then give the device tool carry [".gpu"]. There it
+# scripts/gpu-carry.sh --nccl DIR, then give the device tool carry [".gpu"]. There it
 # runs scripts/test-gpu.sh in phases, the most telling first, each under a
 # time cap and all under one deadline, so that a hang costs one phase and
 # not the session's device time; and it leaves in $OUT what the device tool

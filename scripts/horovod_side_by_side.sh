@@ -19,8 +19,10 @@
 #                    comparison)
 # Every DGC run: 99.9% sparsity, DGC_MOMENTUM=0.9 with compensation (the
 # script's SGD keeps momentum 0.9), one epoch of warm-up.
-# Then Horovod's own examples/pytorch/pytorch_mnist.py (v0.28.1, byte for byte,
-# ld_preload_examples/horovod_upstream/) on Fashion-MNIST, which it reads as
+# Then Horovod's own examples/pytorch/pytorch_mnist.py (v0.28.1, byte for
+# byte: scripts/fetch-upstream.sh horovod-examples puts it in
+# .upstream/horovod-examples; HOROVOD_EXAMPLES=DIR, a clone of horovod/horovod,
+# for a machine without GitHub) on Fashion-MNIST, which it reads as
 # MNIST from .data/fashion-as-mnist/MNIST/raw/ (no download), its defaults
 # (batch 64, lr 0.01 x ranks, momentum 0.5) but the epochs:
 #   mnist_dense         the shim loaded with DGC_ENABLE=0; Horovod's defaults
@@ -62,10 +64,16 @@ for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte 
 done
 mnist_epochs=${MNIST_EPOCHS:-10}
 mnist_steps=$(( mnist_epochs * ( (60000 / np + 63) / 64 ) ))  # its DistributedSampler, batch 64
-mnist=(ld_preload_examples/horovod_upstream/pytorch_mnist.py --no-cuda --epochs "$mnist_epochs"
+mnist=(.upstream/horovod-examples/pytorch_mnist.py --no-cuda --epochs "$mnist_epochs"
        --data-dir "$PWD/.data/fashion-as-mnist")
 logs=()
 all_runs="dense dgc_groups1 dgc_nofusion dgc_nofusion_big dgc_fused mnist_dense mnist_dgc_groups1 mnist_dgc_nofusion"
+if [[ " ${RUNS:-$all_runs} " == *" mnist_"* ]] &&
+   ! scripts/fetch-upstream.sh horovod-examples ${HOROVOD_EXAMPLES:+--from "$HOROVOD_EXAMPLES"} >/dev/null; then
+  echo "horovod_side_by_side.sh: Horovod's pytorch_mnist.py is not here: the mnist_* runs need" \
+       "scripts/fetch-upstream.sh horovod-examples (HOROVOD_EXAMPLES=DIR: a clone of horovod/horovod)" >&2
+  exit 1
+fi
 mdgc=(-x DGC_MOMENTUM=0.5 -x DGC_WARMUP_STEPS="${MNIST_WARMUP:-235}")
 for run in ${RUNS:-$all_runs}; do
   script=("${args[@]}")

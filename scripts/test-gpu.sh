@@ -11,7 +11,7 @@
 #   - DDP with the shim on one rank only: PyTorch's timeout ends the job.
 # Two ranks on one GPU need NCCL 2.30+ with NCCL_MULTI_RANK_GPU_ENABLE=1:
 # point NCCL_PRELOAD at such a libnccl.so.2 (default .gpu/nccl/libnccl.so.2,
-# which scripts/gpu-carry.sh copies from ../shared/nccl).
+# which scripts/gpu-carry.sh --nccl DIR copies there).
 #
 #   scripts/test-gpu.sh [--out DIR] [--bench] [--no-ddp] [--no-checks] [--only REGEX]
 #     --out DIR     logs (default build-gpu/logs)
@@ -62,14 +62,14 @@ nvidia-smi -L >"$out/nvidia-smi.log" 2>&1 || { echo "test-gpu.sh: no GPU (nvidia
 cat "$out/nvidia-smi.log"
 
 # nccl.h: the toolkit's when it has one (CMake looks there itself), else
-# NCCL_HOME's, else the copy beside the carried libnccl.so.2 or in ../shared,
+# NCCL_HOME's, else the copy beside the carried libnccl.so.2 (.gpu/nccl),
 # else the one pip's nvidia-nccl wheel (PyTorch's NCCL) installs.
 nccl_include() {
   local d
   for d in /usr/local/cuda/include ${NCCL_HOME:+"$NCCL_HOME/include"}; do
     [ -f "$d/nccl.h" ] && return 0
   done
-  for d in "$root/.gpu/nccl" "$root/.gpu/nccl/include" "$root/../shared/nccl"; do
+  for d in "$root/.gpu/nccl" "$root/.gpu/nccl/include"; do
     [ -f "$d/nccl.h" ] && { echo "-DDGC_NCCL_INCLUDE_DIR=$d"; return 0; }
   done
   d=$(python3 - 2>/dev/null <<'PY'

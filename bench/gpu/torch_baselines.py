@@ -9,7 +9,8 @@ For each n (default 25M and 100M fp32) at --sparsity (0.999: k = ceil(0.001 n)):
   naive_update  u.mul_(m).add_(g); v.add_(u): the momentum correction and
                 residual accumulation alone, as two torch kernels (24 B/elem)
   official_dgc  DGCCompressor.compress + decompress of synxlin/deep-gradient-
-                compression (vendored unmodified in official_dgc/, README there),
+                compression (fetched unmodified at a pinned commit by
+                scripts/fetch-upstream.sh official-dgc; --official-dgc DIR),
                 momentum 0.9 (DGCSGDMemory), sample ratio 0.01: momentum
                 correction, residual, sampled threshold with its adaptation
                 loop, masking; decompress of --ranks gathered payloads (this
@@ -100,12 +101,24 @@ def torch_ops(n, k, momentum, reps, warmup, device):
     return rows
 
 
-def official_dgc(n, k_ratio, momentum, ranks, reps, warmup, device, seed):
+def official_dgc_dir(given):
+    """Where the official DGC compressor's files are: given, else the copy the device session carries
+    (.gpu/official-dgc), else scripts/fetch-upstream.sh's (.upstream/official-dgc); None when none holds them."""
+    root = os.path.dirname(os.path.dirname(HERE))
+    for d in [given] if given else [os.path.join(root, ".gpu", "official-dgc"), os.path.join(root, ".upstream", "official-dgc")]:
+        if d and os.path.isfile(os.path.join(d, "dgc", "compression.py")):
+            return d
+    return None
+
+
+def official_dgc(where, n, k_ratio, momentum, ranks, reps, warmup, device, seed):
     """Times of DGCCompressor.compress + decompress (CUDA events around each, gather in between untimed)."""
-    vendored = os.path.join(HERE, "official_dgc")
-    if sys.path[0] != vendored:
-        sys.path.insert(0, vendored)  # before any real Horovod
-    import horovod.torch as hvd_stub  # the stand-in in official_dgc/horovod (see its README)
+    stub = os.path.join(HERE, "horovod_stub")
+    for d in (where, stub):  # the stand-in first: before any real Horovod
+        if d in sys.path:
+            sys.path.remove(d)
+        sys.path.insert(0, d)
+    import horovod.torch as hvd_stub  # the stand-in in horovod_stub/ (see its README)
     from dgc.compression import DGCCompressor
     from dgc.memory import DGCSGDMemory
 
@@ -145,6 +158,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--copy-mb", type=int, default=1024, help="size of the copy-bandwidth tensor (MiB)")
     ap.add_argument("--skip-official", action="store_true", help="leave out the official DGC compressor")
+    ap.add_argument("--official-dgc", metavar="DIR",
+                    help="the official DGC compressor's files (default .gpu/official-dgc, else .upstream/official-dgc: "
+                         "scripts/fetch-upstream.sh official-dgc)")
     ap.add_argument("--csv", metavar="FILE", help="also write the rows as CSV ('-': stdout)")
     ap.add_argument("--device", default="cuda:0")
     args = ap.parse_args()
@@ -154,6 +170,10 @@ def main():
     torch.cuda.set_device(device)
     sizes = [int(s) for s in args.sizes.split(",")]
     density = round(1.0 - args.sparsity, 12)  # 0.001, not 0.0010000000000000009 (k = 25001 at 25M)
+    official = None if args.skip_official else official_dgc_dir(args.official_dgc)
+    if not args.skip_official and official is None:
+        print("SKIPPED official_dgc: the official DGC compressor is not here (fetch it with "
+              "scripts/fetch-upstream.sh official-dgc, or give --official-dgc DIR)", flush=True)
 
     rows = []  # (name, n, k, median_ms, min_ms, note)
     best_gbps, med_gbps = copy_bandwidth(args.copy_mb, args.reps, args.warmup, device)
@@ -165,8 +185,8 @@ def main():
         rows += torch_ops(n, k, args.momentum, args.reps, args.warmup, device)
         torch.cuda.empty_cache()
 
-        if not args.skip_official:
-            t = official_dgc(n, density, args.momentum, args.ranks, args.reps, args.warmup, device, 4)
+        if official:
+            t = official_dgc(official, n, density, args.momentum, args.ranks, args.reps, args.warmup, device, 4)
             rows.append(("official_dgc", n, k, statistics.median(t), min(t),
                          f"compress + decompress of {args.ranks} payload(s), momentum {args.momentum}"))
             torch.cuda.empty_cache()

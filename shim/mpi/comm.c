@@ -11,10 +11,12 @@
  *
  * A second attribute, on MPI_COMM_SELF, is the portable hook into
  * MPI_Finalize: MPI deletes MPI_COMM_SELF's attributes first thing there,
- * whichever language called it. */
+ * whichever language called it. This file owns the process's MPI life: set
+ * up by init.c's MPI_Init (dgc_mpi_lifetime_init), ended here. */
 #include <stdint.h>
 
 #include "core/log.h"
+#include "core/report.h"
 #include "internal.h"
 
 /* The largest payload exchanged in one all-gather; a larger one goes after an
@@ -33,9 +35,21 @@ static int comm_deleted(MPI_Comm comm, int keyval, void *val, void *extra) {
     return MPI_SUCCESS;
 }
 
+/* NCCL communicators are not MPI's to free: their records stay until
+ * ncclCommDestroy, and the report printed here (once: the NCCL front end
+ * prints it at exit otherwise) shows them as they stand. */
+static void finalizing(void) {
+    const dgc_config *cfg = dgc_config_current();
+    if (cfg->stats && dgc_config_rank() == 0 && dgc_registry_claim(DGC_FLAG_REPORTED)) dgc_stats_report();
+    dgc_config off = *cfg;
+    off.enable = 0;
+    dgc_config_install(&off);
+    dgc_registry_clear_owner(DGC_OWNER_MPI);
+}
+
 static int self_deleted(MPI_Comm comm, int keyval, void *val, void *extra) {
     (void)comm, (void)keyval, (void)val, (void)extra;
-    dgc_mpi_finalizing();
+    finalizing();
     return MPI_SUCCESS;
 }
 

@@ -12,7 +12,6 @@
 #include "core/log.h"
 #include "internal.h"
 #include "core/registry.h"
-#include "core/report.h"
 
 static const char *env_lookup(const char *name) { return getenv(name); }
 
@@ -68,16 +67,4 @@ int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
     int rc = PMPI_Init_thread(argc, argv, required, provided);
     if (rc == MPI_SUCCESS) dgc_mpi_setup();
     return rc;
-}
-
-/* NCCL communicators are not MPI's to free: their records stay until
- * ncclCommDestroy, and the report printed here (once: the NCCL front end
- * prints it at exit otherwise) shows them as they stand. */
-void dgc_mpi_finalizing(void) {
-    const dgc_config *cfg = dgc_config_current();
-    if (cfg->stats && dgc_config_rank() == 0 && dgc_registry_claim(DGC_FLAG_REPORTED)) dgc_stats_report();
-    dgc_config off = *cfg;
-    off.enable = 0;
-    dgc_config_install(&off);
-    dgc_registry_clear_owner(DGC_OWNER_MPI);
 }

@@ -26,14 +26,12 @@ int dgc_mpi_config_agrees(MPI_Comm comm, const dgc_config *cfg, int local);
 /* Hands code to comm's error handler (fatal by default) and returns code. */
 int dgc_mpi_fail(MPI_Comm comm, int code);
 
-/* Creates the attribute keyvals that tie records to communicators and call
- * dgc_mpi_finalizing at MPI_Finalize; attaches MPI_COMM_WORLD (checking the
- * configuration on it, local: DGC_LOCAL_* bits). Returns DGC_AGREE_*. */
+/* Creates the attribute keyvals that tie records to communicators and end
+ * the shim's MPI life at MPI_Finalize, from any language, before MPI shuts
+ * down (the statistics reported, every MPI state freed); attaches
+ * MPI_COMM_WORLD (checking the configuration on it, local: DGC_LOCAL_*
+ * bits). Returns DGC_AGREE_*. */
 int dgc_mpi_lifetime_init(const dgc_config *cfg, int local);
-
-/* Run by MPI_Finalize, from any language, before MPI shuts down: reports
- * the statistics and frees every MPI state. */
-void dgc_mpi_finalizing(void);
 
 /* The record of comm (nranks ranks), attached on the first call that
  * compresses on it, which is also when its configuration check runs.

@@ -152,3 +152,50 @@ ncclResult_t dgc_nccl_check_run(const dgc_nccl_api *api, dgc_nccl_check *k, int 
     }
     return first;
 }
+
+/* The checks of communicators just made (init.c, or group.c after the
+ * outermost ncclGroupEnd), on streams of the shim's own. */
+ncclResult_t dgc_nccl_check_new(const dgc_nccl_api *api, const ncclComm_t *comms, int n) {
+    const dgc_config *cfg = dgc_config_current();
+    dgc_nccl_check *chk = calloc((size_t)n, sizeof *chk);
+    if (!chk) {
+        DGC_ERROR("no host memory to check %d new communicator(s): they are checked at their first candidate call", n);
+        return ncclSystemError;
+    }
+    int m = 0;
+    ncclResult_t rc = ncclSuccess;
+    dgc_device_guard g;
+    int guarded = 0;
+    for (int i = 0; i < n; i++) {
+        int device = -1;
+        if (!comms[i]) continue; /* ncclCommSplit's NCCL_SPLIT_NOCOLOR */
+        dgc_comm *seen = dgc_nccl_comm_find(comms[i]);
+        dgc_registry_comm_drop(seen);
+        if (seen || api->comm_cu_device(comms[i], &device) != ncclSuccess)
+            continue; /* known already, or NCCL will say what is wrong with it */
+        if (!guarded) {
+            if (dgc_device_enter(&g, device)) break;
+            guarded = 1;
+        } else if (dgc_device_switch(device)) {
+            continue;
+        }
+        dgc_comm *c = dgc_nccl_comm_open(api, comms[i], device);
+        cudaStream_t s = NULL;
+        if (!c) continue;
+        if (c->nranks > 1 && cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+            (void)cudaGetLastError(); /* the check must run here, as on the other ranks: on the legacy stream */
+            DGC_DEBUG("no stream of its own for a new communicator's configuration check: the legacy stream");
+            s = NULL;
+        }
+        chk[m++] = (dgc_nccl_check){.c = c, .comm = comms[i], .stream = s};
+    }
+    if (m) rc = dgc_nccl_check_run(api, chk, m, cfg);
+    for (int i = 0; i < m; i++) {
+        if (chk[i].stream && dgc_device_switch(dgc_nccl_ext(chk[i].c)->device) == 0)
+            cudaStreamDestroy(chk[i].stream); /* returns at once: the check's free still runs on it */
+        dgc_registry_comm_drop(chk[i].c);
+    }
+    if (guarded) dgc_device_leave(&g);
+    free(chk);
+    return rc;
+}

@@ -129,7 +129,7 @@ dgc_comm *dgc_nccl_comm_open(const dgc_nccl_api *api, ncclComm_t comm, int devic
  * new. Reads mapped memory only: no wait. */
 void dgc_nccl_count_news(dgc_nccl_comm *x);
 
-/* ---- communicators made (nccl/init.c) ---- */
+/* ---- communicators made (checked in nccl/agree.c) ---- */
 
 /* Right after NCCL made n communicators (not inside a group: there, after
  * the outermost ncclGroupEnd): opens their records and runs their

@@ -7,8 +7,8 @@
 #
 # Environment: SHIM, CHECK (paths); DGC_NCCL_TEST_LIB or NCCL_PRELOAD: a
 # libnccl.so.2 to preload after the shim. Two ranks on one GPU need NCCL
-# 2.30+ with NCCL_MULTI_RANK_GPU_ENABLE=1 (../shared/nccl, copied to
-# .gpu/nccl by scripts/gpu-carry.sh); looked for there when neither is set.
+# 2.30+ with NCCL_MULTI_RANK_GPU_ENABLE=1 (copied to .gpu/nccl by
+# scripts/gpu-carry.sh --nccl DIR); looked for there when neither is set.
 # Without a CUDA device: prints SKIPPED and exits 77. DGC_EMULATED_DEVICE=1:
 # the emulated device, where the program links the NCCL stand-in itself.
 set -u
@@ -33,9 +33,7 @@ elif ! nvidia-smi -L >/dev/null 2>&1 || ! ls /dev/nvidia[0-9]* >/dev/null 2>&1; 
   echo "SKIPPED gpu.nccl.$name: no CUDA device"
   exit 77
 elif [ -z "$nccl" ]; then
-  for f in "$root/.gpu/nccl/libnccl.so.2" "$root/../shared/nccl/libnccl.so.2"; do
-    [ -f "$f" ] && { nccl=$f; break; }
-  done
+  [ -f "$root/.gpu/nccl/libnccl.so.2" ] && nccl=$root/.gpu/nccl/libnccl.so.2
 fi
 if [ "$np" -gt 1 ] && [ -z "$nccl" ] && [ -z "${DGC_EMULATED_DEVICE:-}" ]; then
   echo "CASE FAILED: $np ranks on one GPU need NCCL 2.30+ (set DGC_NCCL_TEST_LIB, or run scripts/gpu-carry.sh)"

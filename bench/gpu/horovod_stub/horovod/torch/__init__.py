@@ -1,4 +1,4 @@
-"""Stand-in for horovod.torch (dgcshim benchmark; see ../../README.md).
+"""Stand-in for horovod.torch (dgcshim benchmark; see ../../README.md, in bench/gpu/horovod_stub).
 
 DGCCompressor reads hvd.size() once (its world size: decompress divides the
 summed gradient by it) and hvd.rank() (rank 0 prints its set-up lines).
