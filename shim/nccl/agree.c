@@ -66,24 +66,16 @@ static void report_mismatch(const dgc_config *cfg, int i) {
               dgc_option_default((dgc_option)i));
 }
 
-/* The verdict from every rank's words (nranks rows of NWORDS). */
+/* The verdict from every rank's words (nranks rows of NWORDS), logged. */
 static int verdict(const dgc_config *cfg, const uint64_t *all, int nranks) {
-    for (int r = 0; r < nranks; r++) {
-        if (!all[(size_t)r * NWORDS + WORD_PARSE]) continue;
-        if (!dgc_registry_flag(DGC_FLAG_NCCL_PARSE_FAILED))
-            DGC_ERROR("rank %d of an NCCL communicator rejected its DGC_* environment (its own message says "
-                      "which variable): float sum/average all-reduces on it fail with ncclInvalidUsage",
-                      r);
-        return DGC_CHECK_FAILED;
-    }
-    for (int i = 0; i < DGC_OPT_COUNT; i++) {
-        for (int r = 1; r < nranks; r++) {
-            if (all[(size_t)r * NWORDS + i] == all[i]) continue;
-            report_mismatch(cfg, i);
-            return DGC_CHECK_FAILED;
-        }
-    }
-    return DGC_CHECK_PASSED;
+    int bad_rank, bad_word;
+    int v = dgc_nccl_verdict(all, nranks, NWORDS, WORD_PARSE, &bad_rank, &bad_word);
+    if (bad_rank >= 0 && !dgc_registry_flag(DGC_FLAG_NCCL_PARSE_FAILED))
+        DGC_ERROR("rank %d of an NCCL communicator rejected its DGC_* environment (its own message says "
+                  "which variable): float sum/average all-reduces on it fail with ncclInvalidUsage",
+                  bad_rank);
+    if (bad_word >= 0) report_mismatch(cfg, bad_word);
+    return v;
 }
 
 ncclResult_t dgc_nccl_check_finish(const dgc_nccl_api *api, dgc_nccl_check *k, const dgc_config *cfg) {

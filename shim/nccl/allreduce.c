@@ -34,15 +34,10 @@ typedef enum {
     DECIDED_DEFERRED, /* held back until the outermost ncclGroupEnd */
 } decision;
 
-/* A call forwarded untouched: at once, unless a call on its communicator
- * is held back in this thread's group already, which it must follow (each
- * communicator's collectives in the order the calls were made, grouped or
- * not: nccl/call.c). */
-static decision forward(const dgc_nccl_api *api, dgc_nccl_call *k, int how) {
-    (void)api;
-    if (!dgc_nccl_in_group() || !k->comm || !dgc_nccl_group_holds(k->comm))
-        return how == DGC_NCCL_FORWARD_DENSE ? DECIDED_DENSE : DECIDED_PASS;
-    if (!k->c) k->c = dgc_nccl_comm_find(k->comm); /* it has one: calls on it are held (held here till return) */
+/* A call forwarded untouched but held back in this thread's group, behind
+ * the held call on its communicator (which holds a record: found here). */
+static decision hold(dgc_nccl_call *k, int how) {
+    if (!k->c) k->c = dgc_nccl_comm_find(k->comm);
     k->forward = how;
     if (!k->c || dgc_nccl_group_defer_call(k)) {
         DGC_ERROR("no memory to hold an all-reduce back in its place in a group: it is forwarded at once, and its "
@@ -69,60 +64,103 @@ static decision last_resort(dgc_nccl_call *k, ncclResult_t rc, const char *what)
     return DECIDED_FAIL;
 }
 
-/* g is entered (the communicator's device made current) when *guarded.
- * k->c, once set, is held (dgc_registry_comm_hold): the caller drops it. */
+/* What the record says about the call (nothing when there is none yet). */
+static void learn(dgc_nccl_facts *f, dgc_comm *c, const dgc_config *cfg, size_t count) {
+    f->known = c != NULL;
+    if (!c) return;
+    f->check = c->check;
+    f->compressible = dgc_policy_compressible(cfg, count, c->nranks);
+    f->count_dense = f->compressible && dgc_registry_count_dense(c, count);
+}
+
+/* Enters the communicator's device (*device, *guarded) and asks whether
+ * the call's stream is being captured: 0 or 1, or -1 and the decision when
+ * that fails. */
+static int ask_capture(const dgc_nccl_api *api, dgc_nccl_call *k, dgc_device_guard *g, int *guarded, int *device,
+                       decision *d) {
+    if (k->c) *device = dgc_nccl_ext(k->c)->device;
+    else if (api->comm_cu_device(k->comm, device) != ncclSuccess) {
+        *d = DECIDED_PASS; /* NCCL will say what is wrong with it */
+        return -1;
+    }
+    if (dgc_device_enter(g, *device)) {
+        *d = last_resort(k, ncclUnhandledCudaError, "the CUDA runtime failed");
+        return -1;
+    }
+    *guarded = 1;
+    return dgc_stream_capturing(k->stream) != 0;
+}
+
+static decision captured(void) {
+    dgc_registry_tally_add(DGC_TALLY_NCCL_CAPTURED);
+    if (dgc_registry_claim(DGC_FLAG_NCCL_CAPTURE_SAID))
+        DGC_INFO("ncclAllReduce calls captured into a CUDA graph pass through uncompressed (the shim enqueues "
+                 "host-side decisions that a graph replay would not repeat); counted, said once");
+    return DECIDED_PASS;
+}
+
+/* The communicator's configuration check, now (a host wait): 0 when it
+ * ran, else the decision (the call fails). */
+static int check_now(const dgc_nccl_api *api, dgc_nccl_call *k, const dgc_config *cfg, decision *d) {
+    dgc_comm *c = k->c;
+    dgc_nccl_check chk = {.c = c, .comm = k->comm, .stream = k->stream};
+    ncclResult_t rc = dgc_nccl_check_run(api, &chk, 1, cfg);
+    if (c->check == DGC_CHECK_FAILED) {
+        c->check_reported = 1; /* the check itself just said why */
+        k->rc = ncclInvalidUsage;
+    } else if (rc == ncclSuccess && c->check == DGC_CHECK_PENDING) {
+        k->rc = ncclInternalError; /* not reached: a check that ran has a verdict */
+    } else if (rc != ncclSuccess) {
+        k->rc = rc;
+    } else {
+        return 0;
+    }
+    *d = DECIDED_FAIL;
+    return -1;
+}
+
+/* The route (nccl/rules.c) from what is known, learning one fact more
+ * whenever it asks (capture: a CUDA call; a record; the check), in the
+ * order the rules ask for them. g is entered (the communicator's device
+ * made current) when *guarded. k->c, once set, is held
+ * (dgc_registry_comm_hold): the caller drops it. */
 static decision decide(const dgc_nccl_api *api, dgc_nccl_call *k, const dgc_config *cfg, dgc_device_guard *g,
                        int *guarded) {
-    if (!k->comm || (k->op != ncclSum && k->op != ncclAvg) || dgc_nccl_gpu_dtype(k->dtype, &k->gpu_dtype))
-        return forward(api, k, DGC_NCCL_FORWARD);
-    dgc_comm *c = dgc_nccl_comm_find(k->comm);
-    k->c = c;
-    if (c && c->check == DGC_CHECK_FAILED) return check_failed(c, k);
-    if (c && c->check == DGC_CHECK_PASSED && !dgc_policy_compressible(cfg, k->count, c->nranks))
-        return forward(api, k, DGC_NCCL_FORWARD);
-    if (c && c->check == DGC_CHECK_PASSED && dgc_registry_count_dense(c, k->count))
-        return forward(api, k, DGC_NCCL_FORWARD_DENSE);
+    dgc_nccl_facts f = {.in_group = dgc_nccl_in_group(), .capturing = -1};
+    f.candidate = k->comm && (k->op == ncclSum || k->op == ncclAvg) && !dgc_nccl_gpu_dtype(k->dtype, &k->gpu_dtype);
+    f.group_holds = f.in_group && k->comm && dgc_nccl_group_holds(k->comm);
+    if (f.candidate) k->c = dgc_nccl_comm_find(k->comm);
+    decision d = DECIDED_PASS;
     int device = -1;
-    if (c) device = dgc_nccl_ext(c)->device;
-    else if (api->comm_cu_device(k->comm, &device) != ncclSuccess)
-        return DECIDED_PASS; /* NCCL will say what is wrong with it */
-    if (dgc_device_enter(g, device)) return last_resort(k, ncclUnhandledCudaError, "the CUDA runtime failed");
-    *guarded = 1;
-    if (dgc_stream_capturing(k->stream)) {
-        dgc_registry_tally_add(DGC_TALLY_NCCL_CAPTURED);
-        if (dgc_registry_claim(DGC_FLAG_NCCL_CAPTURE_SAID))
-            DGC_INFO("ncclAllReduce calls captured into a CUDA graph pass through uncompressed (the shim enqueues "
-                     "host-side decisions that a graph replay would not repeat); counted, said once");
-        return DECIDED_PASS;
-    }
-    if (!c) c = dgc_nccl_comm_open(api, k->comm, device);
-    if (!c) return last_resort(k, ncclSystemError, "no record for a new NCCL communicator");
-    k->c = c;
-    if (c->check == DGC_CHECK_PENDING) {
-        if (dgc_nccl_in_group()) { /* passed through in the group, checked after it: alike everywhere */
-            if (dgc_nccl_group_defer_check(c, k->comm, k->stream))
+    for (;;) {
+        learn(&f, k->c, cfg, k->count);
+        switch (dgc_nccl_route_of(&f)) {
+        case DGC_ROUTE_PASS: return DECIDED_PASS;
+        case DGC_ROUTE_PASS_DENSE: return DECIDED_DENSE;
+        case DGC_ROUTE_HOLD: return hold(k, DGC_NCCL_FORWARD);
+        case DGC_ROUTE_HOLD_DENSE: return hold(k, DGC_NCCL_FORWARD_DENSE);
+        case DGC_ROUTE_FAIL: return check_failed(k->c, k);
+        case DGC_ROUTE_PASS_CAPTURED: return captured();
+        case DGC_ROUTE_RUN: return DECIDED_RUN;
+        case DGC_ROUTE_ASK_CAPTURE:
+            if ((f.capturing = ask_capture(api, k, g, guarded, &device, &d)) < 0) return d;
+            break;
+        case DGC_ROUTE_OPEN:
+            if (!(k->c = dgc_nccl_comm_open(api, k->comm, device)))
+                return last_resort(k, ncclSystemError, "no record for a new NCCL communicator");
+            break;
+        case DGC_ROUTE_CHECK_NOW:
+            if (check_now(api, k, cfg, &d)) return d;
+            break;
+        case DGC_ROUTE_CHECK_LATER: /* passed through in the group, checked after it: alike everywhere */
+            if (dgc_nccl_group_defer_check(k->c, k->comm, k->stream))
                 return last_resort(k, ncclSystemError, "no memory to hold a configuration check back");
             return DECIDED_PASS;
-        }
-        dgc_nccl_check chk = {.c = c, .comm = k->comm, .stream = k->stream};
-        ncclResult_t rc = dgc_nccl_check_run(api, &chk, 1, cfg);
-        if (c->check == DGC_CHECK_FAILED) {
-            c->check_reported = 1; /* the check itself just said why */
-            k->rc = ncclInvalidUsage;
-            return DECIDED_FAIL;
-        }
-        if (rc != ncclSuccess) {
-            k->rc = rc;
-            return DECIDED_FAIL;
+        case DGC_ROUTE_DEFER:
+            if (dgc_nccl_group_defer_call(k)) return last_resort(k, ncclSystemError, "no memory to hold a call back");
+            return DECIDED_DEFERRED;
         }
     }
-    if (!dgc_policy_compressible(cfg, k->count, c->nranks)) return forward(api, k, DGC_NCCL_FORWARD);
-    if (dgc_registry_count_dense(c, k->count)) return forward(api, k, DGC_NCCL_FORWARD_DENSE);
-    if (dgc_nccl_in_group()) {
-        if (dgc_nccl_group_defer_call(k)) return last_resort(k, ncclSystemError, "no memory to hold a call back");
-        return DECIDED_DEFERRED;
-    }
-    return DECIDED_RUN;
 }
 
 DGC_EXPORT ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,

@@ -345,7 +345,7 @@ static void plan(dgc_nccl_call *k, const dgc_config *cfg) {
 static int first_call(const dgc_nccl_call *k) {
     return (k->part == DGC_NCCL_STATE || k->part == DGC_NCCL_FAILED) && k->plan.p.step == 0;
 }
-static int votes(const dgc_nccl_call *k) { return first_call(k) && k->c->nranks > 1; }
+static int votes(const dgc_nccl_call *k) { return dgc_nccl_votes(k->part, k->plan.p.step, k->c->nranks); }
 
 /* The ranks agreed to sum k's count densely: this rank's state goes, the
  * call is forwarded (in its place in the exchange), and every later call
@@ -427,9 +427,7 @@ static void vote(const dgc_nccl_api *api, dgc_nccl_call **v, int m) {
             k->rc = rc != ncclSuccess ? rc : ncclUnhandledCudaError;
             continue;
         }
-        int any = 0;
-        for (int r = 0; r < k->c->nranks; r++) any |= x->votes_host[r] != 0;
-        if (any) go_dense(k, x->votes_host);
+        if (dgc_nccl_vote_dense(x->votes_host, k->c->nranks)) go_dense(k, x->votes_host);
     }
 }
 
@@ -474,10 +472,7 @@ static void compress(dgc_nccl_call *k, const dgc_config *cfg) {
  * and the dense sum's reduce-scatters (blocks, spare); 1, the dense sum's
  * all-gathers. All from collective inputs: the same on every rank. */
 static int collectives(const dgc_nccl_call *k, int phase) {
-    if (k->part == DGC_NCCL_DEAD) return 0;
-    if (k->part == DGC_NCCL_PASS || !dense(k)) return phase == 0;
-    int sum = (k->vec.block > 0) + (k->vec.rem > 0);
-    return phase == 0 ? 1 + sum : sum;
+    return dgc_nccl_collectives(k->part, dense(k), k->vec.block, k->vec.rem, phase);
 }
 
 static void note(dgc_nccl_call *k, ncclResult_t rc) {
@@ -644,19 +639,18 @@ static void run_round(const dgc_nccl_api *api, dgc_nccl_call **v, int m, const d
 ncclResult_t dgc_nccl_run(const dgc_nccl_api *api, dgc_nccl_call *k, int n, const dgc_config *cfg) {
     /* Round r: the r-th call of each communicator, in the order made. */
     dgc_nccl_call **v = malloc((size_t)n * sizeof *v);
-    int *round = calloc((size_t)n, sizeof *round);
-    if (!v || !round) {
+    const void **comms = calloc((size_t)n, sizeof *comms);
+    int *round = malloc((size_t)n * sizeof *round);
+    if (!v || !comms || !round) {
         free(v);
+        free(comms);
         free(round);
         DGC_ERROR("no host memory to run %d held-back call(s): they fail here, and the other ranks may wait", n);
         for (int i = 0; i < n; i++) k[i].rc = ncclSystemError;
         return ncclSystemError;
     }
-    int rounds = 0;
-    for (int i = 0; i < n; i++) {
-        for (int j = 0; j < i; j++) round[i] += k[j].comm == k[i].comm;
-        if (round[i] + 1 > rounds) rounds = round[i] + 1;
-    }
+    for (int i = 0; i < n; i++) comms[i] = k[i].comm;
+    const int rounds = dgc_nccl_rounds(comms, n, round);
     for (int r = 0; r < rounds; r++) {
         int m = 0;
         for (int i = 0; i < n; i++)
@@ -666,6 +660,7 @@ ncclResult_t dgc_nccl_run(const dgc_nccl_api *api, dgc_nccl_call *k, int n, cons
     ncclResult_t first = ncclSuccess;
     for (int i = 0; i < n && first == ncclSuccess; i++) first = k[i].rc;
     free(v);
+    free(comms);
     free(round);
     return first;
 }

@@ -1,4 +1,4 @@
-/* Shared by the NCCL front-end files (shim/nccl_*.c).
+/* Shared by the NCCL front-end files in shim/nccl/.
  *
  * The front end knows NCCL and nothing of DGC beyond the engine's entry
  * points (engine_cuda.h) and the policy. Its rules, from docs/design.md:
@@ -24,6 +24,7 @@
 #include "dgcshim/engine_cuda.h"
 #include "dgcshim/policy.h"
 #include "core/registry.h"
+#include "rules.h"
 
 /* The interposed functions are the library's interface: nccl.h declares
  * them without a visibility, and the build hides everything by default. */
@@ -85,7 +86,7 @@ const dgc_nccl_api *dgc_nccl_enter(ncclComm_t comm);
  * seen (its rank now known). */
 void dgc_nccl_banner(const dgc_nccl_api *api);
 
-/* ---- communicators (nccl/comm.c) ---- */
+/* ---- communicators (nccl/comm.c; their end: nccl/destroy.c) ---- */
 
 /* What the NCCL front end keeps per communicator (the record's ext). */
 typedef struct {
@@ -255,14 +256,6 @@ ncclResult_t dgc_nccl_check_run(const dgc_nccl_api *api, dgc_nccl_check *k, int 
 /* ---- buffer states (nccl/state.c) ---- */
 
 typedef struct dgc_nccl_call dgc_nccl_call;
-
-/* How this rank takes part in a compressed call. */
-enum {
-    DGC_NCCL_PASS,   /* forwarded to the real ncclAllReduce (decided from collective inputs) */
-    DGC_NCCL_STATE,  /* with its state */
-    DGC_NCCL_FAILED, /* without state: a flag-only payload, output NaN on every rank */
-    DGC_NCCL_DEAD    /* not even that: nothing issued (last resort), or the exchange failed */
-};
 
 /* The entry of this call's buffer (found or created, and pinned), or NULL
  * when this rank has no state for it: k->lack then says why (over

@@ -1,0 +1,71 @@
+/* The NCCL front end's decisions (rules.h). Every input is the same on
+ * every rank for the same call, so every rank decides the same
+ * (invariant 1); what only one rank knows (pointers, data, memory) never
+ * enters here. */
+#include "rules.h"
+
+/* Untouched, and in a group behind its communicator's held call when there
+ * is one: each communicator sees its all-reduces in the order they were
+ * made, as a rank that does not group sees them. */
+static dgc_nccl_route forward(const dgc_nccl_facts *f, int dense) {
+    if (f->in_group && f->group_holds) return dense ? DGC_ROUTE_HOLD_DENSE : DGC_ROUTE_HOLD;
+    return dense ? DGC_ROUTE_PASS_DENSE : DGC_ROUTE_PASS;
+}
+
+/* The cheap tests come first: the calls frameworks make most (tiny, or of
+ * other types) pass with no CUDA call. */
+dgc_nccl_route dgc_nccl_route_of(const dgc_nccl_facts *f) {
+    if (!f->candidate) return forward(f, 0);
+    const int passed = f->known && f->check == DGC_CHECK_PASSED;
+    if (f->known && f->check == DGC_CHECK_FAILED) return DGC_ROUTE_FAIL;
+    if (passed && !f->compressible) return forward(f, 0);
+    if (passed && f->count_dense) return forward(f, 1);
+    if (f->capturing < 0) return DGC_ROUTE_ASK_CAPTURE;
+    if (f->capturing) return DGC_ROUTE_PASS_CAPTURED;
+    if (!f->known) return DGC_ROUTE_OPEN;
+    if (!passed) return f->in_group ? DGC_ROUTE_CHECK_LATER : DGC_ROUTE_CHECK_NOW;
+    return f->in_group ? DGC_ROUTE_DEFER : DGC_ROUTE_RUN;
+}
+
+int dgc_nccl_rounds(const void *const *comms, int n, int *round) {
+    int rounds = 0;
+    for (int i = 0; i < n; i++) {
+        round[i] = 0;
+        for (int j = 0; j < i; j++) round[i] += comms[j] == comms[i];
+        if (round[i] + 1 > rounds) rounds = round[i] + 1;
+    }
+    return rounds;
+}
+
+int dgc_nccl_collectives(int part, int dense, size_t block, size_t rem, int phase) {
+    if (part == DGC_NCCL_DEAD) return 0;
+    if (part == DGC_NCCL_PASS || !dense) return phase == 0;
+    const int sum = (block > 0) + (rem > 0);
+    return phase == 0 ? 1 + sum : sum;
+}
+
+int dgc_nccl_votes(int part, uint64_t step, int nranks) {
+    return (part == DGC_NCCL_STATE || part == DGC_NCCL_FAILED) && step == 0 && nranks > 1;
+}
+
+int dgc_nccl_vote_dense(const unsigned char *votes, int nranks) {
+    for (int r = 0; r < nranks; r++)
+        if (votes[r]) return 1;
+    return 0;
+}
+
+int dgc_nccl_verdict(const uint64_t *all, int nranks, int nwords, int parse, int *bad_rank, int *bad_word) {
+    *bad_rank = *bad_word = -1;
+    for (int r = 0; r < nranks; r++) {
+        if (!all[(size_t)r * (size_t)nwords + (size_t)parse]) continue;
+        *bad_rank = r;
+        return DGC_CHECK_FAILED;
+    }
+    for (int i = 0; i < nwords; i++)
+        for (int r = 1; r < nranks; r++)
+            if (all[(size_t)r * (size_t)nwords + (size_t)i] != all[i]) {
+                *bad_word = i;
+                return DGC_CHECK_FAILED;
+            }
+    return DGC_CHECK_PASSED;
+}

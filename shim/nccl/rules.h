@@ -1,0 +1,83 @@
+/* The NCCL front end's decisions, as plain functions of what every rank
+ * knows alike (invariant 1), apart from the code that calls CUDA and NCCL:
+ * which ncclAllReduce calls are compressed, forwarded or held back in a
+ * group; the rounds a batch of held-back calls runs in; which collectives a
+ * call issues; the ranks' votes and the configuration check's verdict.
+ * Nothing here includes CUDA or NCCL, so tests/unit/test_nccl_rules.c runs
+ * them on any machine. */
+#ifndef DGCSHIM_NCCL_RULES_H
+#define DGCSHIM_NCCL_RULES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/registry.h"
+
+/* What routes one ncclAllReduce call. Every field but capturing is known
+ * without a CUDA call; all are the same on every rank for the same call. */
+typedef struct {
+    int candidate;    /* a communicator, op ncclSum or ncclAvg, type float32, float16 or bfloat16 */
+    int known;        /* the shim has a record for the communicator */
+    int check;        /* the record's configuration check (DGC_CHECK_*), when known */
+    int compressible; /* dgc_policy_compressible(count, the communicator's size), when known */
+    int count_dense;  /* the ranks agreed to sum this count densely, when known and compressible */
+    int in_group;     /* inside ncclGroupStart/End on this thread */
+    int group_holds;  /* this thread's group holds a call on the communicator back already */
+    int capturing;    /* the stream is being captured into a CUDA graph: 1, 0, or -1 not asked yet */
+} dgc_nccl_facts;
+
+typedef enum {
+    DGC_ROUTE_PASS,          /* to the real ncclAllReduce now, untouched */
+    DGC_ROUTE_PASS_DENSE,    /* the same, counted as summed densely over budget */
+    DGC_ROUTE_HOLD,          /* untouched, but held back in the group behind its communicator's held call */
+    DGC_ROUTE_HOLD_DENSE,    /* the same, counted as summed densely */
+    DGC_ROUTE_FAIL,          /* ncclInvalidUsage, nothing issued: the ranks disagree on the configuration */
+    DGC_ROUTE_ASK_CAPTURE,   /* ask whether the stream is being captured (on the device), then route again */
+    DGC_ROUTE_PASS_CAPTURED, /* untouched: a graph replay would not repeat the shim's host-side decisions */
+    DGC_ROUTE_OPEN,          /* open a record for the communicator, then route again */
+    DGC_ROUTE_CHECK_NOW,     /* run the configuration check (a host wait), then route again */
+    DGC_ROUTE_CHECK_LATER,   /* in a group: untouched now, checked after the outermost ncclGroupEnd */
+    DGC_ROUTE_RUN,           /* compressed now */
+    DGC_ROUTE_DEFER,         /* in a group: recorded, compressed after the outermost ncclGroupEnd */
+} dgc_nccl_route;
+
+/* The next step for a call. ASK_CAPTURE, OPEN and CHECK_NOW ask the caller
+ * to learn one more fact and route again; every other answer is final.
+ * Inside a group nothing is launched (invariant 5): never RUN or CHECK_NOW. */
+dgc_nccl_route dgc_nccl_route_of(const dgc_nccl_facts *f);
+
+/* How a rank takes part in a compressed call. */
+enum {
+    DGC_NCCL_PASS,   /* forwarded to the real ncclAllReduce (decided from collective inputs) */
+    DGC_NCCL_STATE,  /* with its state */
+    DGC_NCCL_FAILED, /* without state: a flag-only payload, output NaN on every rank */
+    DGC_NCCL_DEAD    /* not even that: nothing issued (last resort), or the exchange failed */
+};
+
+/* The rounds n held-back calls run in: round[i] is the number of calls
+ * before i on the same communicator (comms[i]), so each communicator's
+ * calls run whole, in the order made. Returns the number of rounds. */
+int dgc_nccl_rounds(const void *const *comms, int n, int *round);
+
+/* The collectives a call issues in exchange phase 0 (the payloads'
+ * all-gather, the pass-through all-reduce, or the dense transport's header
+ * all-gather and reduce-scatters) or 1 (the dense transport's all-gathers);
+ * block and rem are the dense sum's block and remainder. */
+int dgc_nccl_collectives(int part, int dense, size_t block, size_t rem, int phase);
+
+/* A count's first call (step 0) with or without a state: its ranks vote
+ * on whether every one holds a state (a communicator of one decides alone). */
+int dgc_nccl_votes(int part, uint64_t step, int nranks);
+
+/* The vote's outcome: 1 when some rank said it has no state (votes[r]
+ * non-zero), and the count is summed densely from then on. */
+int dgc_nccl_vote_dense(const unsigned char *votes, int nranks);
+
+/* The configuration check's verdict from every rank's words (nranks rows
+ * of nwords; the word at parse says the rank could not parse its
+ * environment): DGC_CHECK_PASSED, or DGC_CHECK_FAILED with *bad_rank the
+ * first rank that could not parse (else -1) and *bad_word the first word
+ * that differs from rank 0's (else -1). */
+int dgc_nccl_verdict(const uint64_t *all, int nranks, int nwords, int parse, int *bad_rank, int *bad_word);
+
+#endif
