@@ -5,22 +5,37 @@
 # LD_PRELOAD=libdgcshim.so (99.9% sparsity, one epoch of warm-up, DGC momentum
 # 0.9 with compensation), and a side-by-side table.
 #
-# Environment: NP (4), EPOCHS (5), WARMUP (steps, 468 = one epoch at 4 ranks).
+# Environment: NP (4), EPOCHS (5), WARMUP (steps, 468 = one epoch at 4 ranks),
+# MPI (openmpi, the default; mpich: built in build-mpich against MPICH,
+# libdgcshim-mpich.so under mpiexec.mpich).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh train
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j "$(nproc)" --target dgcshim mlp_trainer >/dev/null
 np=${NP:-4}; epochs=${EPOCHS:-5}; warmup=${WARMUP:-468}
-out=${OUT:-build/demo}; mkdir -p "$out"
-mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl self,vader -np "$np")
-trainer=(build/ld_preload_examples/mlp_trainer --epochs "$epochs")
+case "${MPI:-openmpi}" in
+  openmpi)
+    build=build; lib=libdgcshim.so; name="Open MPI"; cmake_mpi=()
+    mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl self,vader)
+    env_of() { echo -x "$1=$2"; } ;;
+  mpich)
+    build=build-mpich; lib=libdgcshim-mpich.so; name=MPICH; cmake_mpi=(-DMPI_C_COMPILER=mpicc.mpich -DDGC_CUDA=OFF)
+    mpi=(mpiexec.mpich)
+    env_of() { echo -genv "$1" "$2"; } ;;
+  *) echo "demo.sh: MPI=${MPI}: openmpi or mpich" >&2; exit 2 ;;
+esac
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "${cmake_mpi[@]}" >/dev/null
+cmake --build "$build" -j "$(nproc)" --target dgcshim mlp_trainer >/dev/null
+out=${OUT:-$build/demo}; mkdir -p "$out"
+trainer=("$build/ld_preload_examples/mlp_trainer" --epochs "$epochs")
+shim=()
+for kv in "LD_PRELOAD=$PWD/$build/$lib" DGC_MOMENTUM=0.9 "DGC_WARMUP_STEPS=$warmup" DGC_STATS=1 DGC_LOG_LEVEL=info; do
+  read -ra e <<<"$(env_of "${kv%%=*}" "${kv#*=}")"; shim+=("${e[@]}")
+done
 
-echo "== dense: plain Open MPI, $np ranks, $epochs epochs =="
-"${mpi[@]}" "${trainer[@]}" 2>&1 | tee "$out/dense.log"
-echo "== dgcshim: LD_PRELOAD=build/libdgcshim.so DGC_MOMENTUM=0.9 DGC_WARMUP_STEPS=$warmup =="
-"${mpi[@]}" -x LD_PRELOAD="$PWD/build/libdgcshim.so" -x DGC_MOMENTUM=0.9 -x DGC_WARMUP_STEPS="$warmup" \
-  -x DGC_STATS=1 -x DGC_LOG_LEVEL=info "${trainer[@]}" 2>&1 | tee "$out/dgc.log"
+echo "== dense: plain $name, $np ranks, $epochs epochs =="
+"${mpi[@]}" -n "$np" "${trainer[@]}" 2>&1 | tee "$out/dense.log"
+echo "== dgcshim: LD_PRELOAD=$build/$lib DGC_MOMENTUM=0.9 DGC_WARMUP_STEPS=$warmup =="
+"${mpi[@]}" "${shim[@]}" -n "$np" "${trainer[@]}" 2>&1 | tee "$out/dgc.log"  # launcher-wide env first (hydra)
 
 # field NAME LINE: the value after NAME in a "name value name value" line
 field() { awk -v k="$1" '{for (i = 1; i < NF; i++) if ($i == k) {print $(i + 1); exit}}' <<<"$2"; }

@@ -4,7 +4,9 @@
 # (or sudo) to install.
 #
 #   scripts/deps.sh          build and test: compilers (gcc, gfortran, clang for the fuzz
-#                            targets), CMake, Open MPI, Criterion, zlib
+#                            targets), CMake, Open MPI, MPICH (the second MPI family the
+#                            tests run under; Open MPI stays the system's default mpirun),
+#                            Criterion, zlib
 #   scripts/deps.sh train    also Fashion-MNIST (the C trainer's data)
 #   scripts/deps.sh torch    also PyTorch, mpi4py, numpy and matplotlib for /usr/bin/python3
 #   scripts/deps.sh horovod-torch
@@ -25,8 +27,8 @@
 #   mpirun --allow-run-as-root --oversubscribe -np 2 .venv/horovod-torch/bin/python train.py
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-pkgs=(build-essential gfortran clang libclang-rt-14-dev cmake openmpi-bin libopenmpi-dev libcriterion-dev zlib1g-dev
-      pkg-config iproute2)
+pkgs=(build-essential gfortran clang libclang-rt-14-dev cmake openmpi-bin libopenmpi-dev mpich libmpich-dev
+      libcriterion-dev zlib1g-dev pkg-config iproute2)
 torch_pkgs=(dataset-fashion-mnist python3-torch python3-mpi4py python3-numpy python3-matplotlib)
 # Horovod compiles a C++ extension: Python.h (python3-dev), venv, and for PyTorch the
 # libtorch headers and CMake config (libtorch-dev) and pybind11 headers.

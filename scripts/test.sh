@@ -2,7 +2,11 @@
 # The test command: installs what is missing, builds dgcshim twice (optimised,
 # and with AddressSanitizer + UndefinedBehaviorSanitizer), runs the whole
 # suite (Criterion unit tests, mpirun integration tests, Fortran programs) in
-# both builds, then the two libFuzzer targets for FUZZ_SECONDS each (default
+# both builds; builds both again for MPICH (libdgcshim-mpich.so, the MPICH
+# family's ABI) and runs the MPI suite (mpi.*, shim.*) under mpiexec.mpich,
+# then checks that both MPIs give the same bits (tests/mpi/same_bits.sh;
+# DGC_TEST_MPICH=0 leaves MPICH out, said by name); then the two libFuzzer
+# targets for FUZZ_SECONDS each (default
 # 30), then the emulated device tier (scripts/test-emulated.sh: the CUDA
 # engine's cases on the CPU through chipStar; DGC_EMULATED_ARGS are its
 # options, DGC_CHIPSTAR_TARBALL its source, DGC_TEST_EMULATED=0 leaves it
@@ -17,16 +21,30 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh train  # the trainer case reads Fashion-MNIST
 [ "${DGC_TEST_HOROVOD:-1}" = 0 ] || scripts/deps.sh horovod-torch
 jobs=$(nproc)
-run() { # build-dir, cmake args...
+run() { # build-dir, cmake args... [-- ctest args...]
   local dir=$1; shift
-  cmake -S . -B "$dir" "$@" >/dev/null
+  local args=() tests=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do args+=("$1"); shift; done
+  [ $# -gt 0 ] && { shift; tests=("$@"); }
+  cmake -S . -B "$dir" "${args[@]}" >/dev/null
   cmake --build "$dir" -j "$jobs"
-  (cd "$dir" && ctest --output-on-failure -j 1)
+  (cd "$dir" && ctest --output-on-failure -j 1 "${tests[@]}")
 }
 echo "== optimised build =="
 run build -DCMAKE_BUILD_TYPE=Release
 echo "== sanitizer build (ASan + UBSan) =="
 run build-san -DCMAKE_BUILD_TYPE=Debug -DDGC_SANITIZE=ON
+if [ "${DGC_TEST_MPICH:-1}" = 0 ]; then
+  echo "SKIPPED the MPICH builds (mpi.*, shim.* under mpiexec.mpich, same_bits): DGC_TEST_MPICH=0"
+else
+  mpich=(-DMPI_C_COMPILER=mpicc.mpich -DDGC_CUDA=OFF)
+  echo "== MPICH build (mpi.*, shim.* under mpiexec.mpich) =="
+  run build-mpich -DCMAKE_BUILD_TYPE=Release "${mpich[@]}" -- -R '^(mpi|shim)[.]'
+  echo "== MPICH sanitizer build (ASan + UBSan) =="
+  run build-mpich-san -DCMAKE_BUILD_TYPE=Debug -DDGC_SANITIZE=ON "${mpich[@]}" -- -R '^(mpi|shim)[.]'
+  echo "== the same bits under Open MPI and MPICH =="
+  tests/mpi/same_bits.sh build build-mpich
+fi
 echo "== fuzzing (libFuzzer, clang) =="
 scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
 echo "== the emulated device (the CUDA engine on the CPU: docs/emulated-device.md) =="
@@ -35,4 +53,4 @@ if [ "${DGC_TEST_EMULATED:-1}" = 0 ]; then
 else
   scripts/test-emulated.sh ${DGC_EMULATED_ARGS:-}
 fi
-echo "== all tests passed in both builds, fuzz targets clean, emulated device passed =="
+echo "== all tests passed in both builds and under MPICH, fuzz targets clean, emulated device passed =="

@@ -178,13 +178,13 @@ int dgc_mpi_try_compressed(const void *sb, void *rb, MPI_Count count, MPI_Dataty
     return DGC_MPI_PASS;
 }
 
-int MPI_Allreduce(const void *sb, void *rb, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm) {
+DGC_MPI_EXPORT int MPI_Allreduce(const void *sb, void *rb, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm) {
     int rc = dgc_mpi_try_compressed(sb, rb, count, dt, op, comm);
     return rc != DGC_MPI_PASS ? rc : PMPI_Allreduce(sb, rb, count, dt, op, comm);
 }
 
 #if MPI_VERSION >= 4
-int MPI_Allreduce_c(const void *sb, void *rb, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm) {
+DGC_MPI_EXPORT int MPI_Allreduce_c(const void *sb, void *rb, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm) {
     int rc = dgc_mpi_try_compressed(sb, rb, count, dt, op, comm);
     return rc != DGC_MPI_PASS ? rc : PMPI_Allreduce_c(sb, rb, count, dt, op, comm);
 }

@@ -11,14 +11,16 @@
  * not compressed goes on to the real Fortran function of the same name
  * (found with RTLD_NEXT), so it behaves exactly as without the shim.
  *
+ * MPICH's bindings call the C functions (MPI_Init, MPI_Allreduce), which the
+ * shim interposes anyway, except its mpi_f08 MPI_Init (mpi_init_f08_),
+ * which calls PMPI_Init: that one is defined here too.
+ *
  * MPI_Finalize and MPI_Comm_free need nothing here: MPI_COMM_SELF's and the
  * communicators' attributes (mpi/comm.c) run on every path. */
 #include <dlfcn.h>
 
 #include "core/log.h"
 #include "internal.h"
-
-#define EXPORT __attribute__((visibility("default")))
 
 /* Registry slots: the real function behind each name, and the sentinels. */
 enum {
@@ -30,12 +32,15 @@ enum {
 
 typedef enum { NAME_INIT, NAME_INIT_THREAD, NAME_ALLREDUCE, NAME_COUNT } routine;
 
-/* Every spelling of each routine, in slot order. */
-#define SPELLINGS 5
+/* Every spelling of each routine, in slot order: the compilers' four,
+ * Open MPI's internal one, and MPICH's mpi_f08 one (whose MPI_Init calls
+ * PMPI_Init; its MPI_Allreduce reaches the C entry point). */
+#define SPELLINGS 6
 static const char *const names[NAME_COUNT][SPELLINGS] = {
-    {"mpi_init_", "mpi_init__", "mpi_init", "MPI_INIT", "ompi_init_f"},
-    {"mpi_init_thread_", "mpi_init_thread__", "mpi_init_thread", "MPI_INIT_THREAD", "ompi_init_thread_f"},
-    {"mpi_allreduce_", "mpi_allreduce__", "mpi_allreduce", "MPI_ALLREDUCE", "ompi_allreduce_f"},
+    {"mpi_init_", "mpi_init__", "mpi_init", "MPI_INIT", "ompi_init_f", "mpi_init_f08_"},
+    {"mpi_init_thread_", "mpi_init_thread__", "mpi_init_thread", "MPI_INIT_THREAD", "ompi_init_thread_f",
+     "mpi_init_thread_f08_"},
+    {"mpi_allreduce_", "mpi_allreduce__", "mpi_allreduce", "MPI_ALLREDUCE", "ompi_allreduce_f", NULL},
 };
 _Static_assert(SLOT_NAMES + NAME_COUNT * SPELLINGS <= DGC_SLOT_COUNT, "registry slots");
 
@@ -70,19 +75,32 @@ typedef void (*init_thread_fn)(MPI_Fint *required, MPI_Fint *provided, MPI_Fint 
 typedef void (*allreduce_fn)(void *sb, void *rb, MPI_Fint *count, MPI_Fint *dt, MPI_Fint *op, MPI_Fint *comm,
                              MPI_Fint *ierr);
 
+/* ierr may be NULL: mpi_f08's ierror is optional (absent: a null pointer). */
 static void init(int spelling, MPI_Fint *ierr) {
+    MPI_Fint own;
+    if (!ierr) ierr = &own;
+    dgc_mpi_check_abi("MPI_INIT");
     ((init_fn)real(NAME_INIT, spelling))(ierr);
     if (*ierr == MPI_SUCCESS) dgc_mpi_setup();
 }
 
 static void init_thread(int spelling, MPI_Fint *required, MPI_Fint *provided, MPI_Fint *ierr) {
+    MPI_Fint own;
+    if (!ierr) ierr = &own;
+    dgc_mpi_check_abi("MPI_INIT_THREAD");
     ((init_thread_fn)real(NAME_INIT_THREAD, spelling))(required, provided, ierr);
     if (*ierr == MPI_SUCCESS) dgc_mpi_setup();
 }
 
-/* The compressed path's result, or DGC_MPI_PASS. */
+/* The compressed path's result, or DGC_MPI_PASS. MPICH's Fortran bindings
+ * (and those of the libraries that keep its ABI) call the C MPI_Allreduce,
+ * where the shim sees the call: they pass straight on. */
 static int try_fortran(void *sb, void *rb, const MPI_Fint *count, const MPI_Fint *dt, const MPI_Fint *op,
                        const MPI_Fint *comm) {
+#if defined(MPICH_VERSION)
+    (void)sb, (void)rb, (void)count, (void)dt, (void)op, (void)comm;
+    return DGC_MPI_PASS;
+#endif
     if (!dgc_config_current()->enable) return DGC_MPI_PASS;
     look_up_sentinels();
     void *in_place = dgc_registry_slot(SLOT_IN_PLACE), *bottom = dgc_registry_slot(SLOT_BOTTOM);
@@ -100,13 +118,13 @@ static void allreduce(int spelling, void *sb, void *rb, MPI_Fint *count, MPI_Fin
 
 /* One definition per spelling. */
 #define INIT_AS(name, spelling) \
-    EXPORT void name(MPI_Fint *ierr) { init(spelling, ierr); }
+    DGC_MPI_EXPORT void name(MPI_Fint *ierr) { init(spelling, ierr); }
 #define INIT_THREAD_AS(name, spelling) \
-    EXPORT void name(MPI_Fint *required, MPI_Fint *provided, MPI_Fint *ierr) { \
+    DGC_MPI_EXPORT void name(MPI_Fint *required, MPI_Fint *provided, MPI_Fint *ierr) { \
         init_thread(spelling, required, provided, ierr); \
     }
 #define ALLREDUCE_AS(name, spelling) \
-    EXPORT void name(void *sb, void *rb, MPI_Fint *count, MPI_Fint *dt, MPI_Fint *op, MPI_Fint *comm, \
+    DGC_MPI_EXPORT void name(void *sb, void *rb, MPI_Fint *count, MPI_Fint *dt, MPI_Fint *op, MPI_Fint *comm, \
                      MPI_Fint *ierr) { \
         allreduce(spelling, sb, rb, count, dt, op, comm, ierr); \
     }
@@ -114,10 +132,10 @@ static void allreduce(int spelling, void *sb, void *rb, MPI_Fint *count, MPI_Fin
 /* Prototypes, so that -Wmissing-declarations stays quiet and the names are
  * listed once more for the reader. */
 void mpi_init_(MPI_Fint *), mpi_init__(MPI_Fint *), mpi_init(MPI_Fint *), MPI_INIT(MPI_Fint *),
-    ompi_init_f(MPI_Fint *);
+    ompi_init_f(MPI_Fint *), mpi_init_f08_(MPI_Fint *);
 void mpi_init_thread_(MPI_Fint *, MPI_Fint *, MPI_Fint *), mpi_init_thread__(MPI_Fint *, MPI_Fint *, MPI_Fint *),
     mpi_init_thread(MPI_Fint *, MPI_Fint *, MPI_Fint *), MPI_INIT_THREAD(MPI_Fint *, MPI_Fint *, MPI_Fint *),
-    ompi_init_thread_f(MPI_Fint *, MPI_Fint *, MPI_Fint *);
+    ompi_init_thread_f(MPI_Fint *, MPI_Fint *, MPI_Fint *), mpi_init_thread_f08_(MPI_Fint *, MPI_Fint *, MPI_Fint *);
 #define ALLREDUCE_ARGS void *, void *, MPI_Fint *, MPI_Fint *, MPI_Fint *, MPI_Fint *, MPI_Fint *
 void mpi_allreduce_(ALLREDUCE_ARGS), mpi_allreduce__(ALLREDUCE_ARGS), mpi_allreduce(ALLREDUCE_ARGS),
     MPI_ALLREDUCE(ALLREDUCE_ARGS), ompi_allreduce_f(ALLREDUCE_ARGS);
@@ -127,11 +145,13 @@ INIT_AS(mpi_init__, 1)
 INIT_AS(mpi_init, 2)
 INIT_AS(MPI_INIT, 3)
 INIT_AS(ompi_init_f, 4)
+INIT_AS(mpi_init_f08_, 5)
 INIT_THREAD_AS(mpi_init_thread_, 0)
 INIT_THREAD_AS(mpi_init_thread__, 1)
 INIT_THREAD_AS(mpi_init_thread, 2)
 INIT_THREAD_AS(MPI_INIT_THREAD, 3)
 INIT_THREAD_AS(ompi_init_thread_f, 4)
+INIT_THREAD_AS(mpi_init_thread_f08_, 5)
 ALLREDUCE_AS(mpi_allreduce_, 0)
 ALLREDUCE_AS(mpi_allreduce__, 1)
 ALLREDUCE_AS(mpi_allreduce, 2)

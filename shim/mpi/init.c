@@ -53,17 +53,20 @@ void dgc_mpi_setup(void) {
     if (rank == 0) {
         char line[1024];
         dgc_config_describe(&cfg, line, sizeof line);
-        DGC_INFO("dgcshim active (host engine: %s): %s", dgc_stream_variant_name(), line);
+        DGC_INFO("dgcshim active (host engine: %s, built for %s): %s", dgc_stream_variant_name(), dgc_mpi_built_for(),
+                 line);
     }
 }
 
-int MPI_Init(int *argc, char ***argv) {
+DGC_MPI_EXPORT int MPI_Init(int *argc, char ***argv) {
+    dgc_mpi_check_abi("MPI_Init");
     int rc = PMPI_Init(argc, argv);
     if (rc == MPI_SUCCESS) dgc_mpi_setup();
     return rc;
 }
 
-int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
+DGC_MPI_EXPORT int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
+    dgc_mpi_check_abi("MPI_Init_thread");
     int rc = PMPI_Init_thread(argc, argv, required, provided);
     if (rc == MPI_SUCCESS) dgc_mpi_setup();
     return rc;

@@ -10,6 +10,27 @@
 #include "dgcshim/policy.h"
 #include "core/registry.h"
 
+/* The interposed functions are the library's interface, exported by name:
+ * the build hides everything else, and an mpi.h need not declare its
+ * functions visible (Open MPI's does, MPICH's does not: the shim would be
+ * silently inert there). tests/exports.sh checks the list. */
+#define DGC_MPI_EXPORT __attribute__((visibility("default")))
+
+/* MPI families, by ABI: Open MPI; MPICH and the libraries that keep its
+ * ABI (Intel MPI, Cray MPICH, MVAPICH2). mpi/abi.c. */
+enum { DGC_MPI_UNKNOWN, DGC_MPI_OPEN_MPI, DGC_MPI_MPICH };
+
+/* The family of an MPI_Get_library_version string. */
+int dgc_mpi_family_of(const char *version);
+
+/* The MPI the shim was built for: name, version, MPI standard, ABI. */
+const char *dgc_mpi_built_for(void);
+
+/* Stops the process, saying why, when an MPI library of another family
+ * than the build's is loaded in it; when names the moment ("load",
+ * "MPI_Init"). Runs at load and before each MPI_Init lets MPI start. */
+void dgc_mpi_check_abi(const char *when);
+
 /* What this rank brings to the configuration check. */
 enum { DGC_LOCAL_PARSE_FAILED = 1, DGC_LOCAL_NO_MEMORY = 2 };
 /* Its outcome, the same on every rank. */

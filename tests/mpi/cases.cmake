@@ -87,7 +87,7 @@ mpi_case(passthrough_min_elements -e DGC_MIN_ELEMENTS=200000 -- passthrough --ex
 mpi_case(passthrough_min_ranks -e DGC_MIN_RANKS=8 -- passthrough --expect-compressed 0)
 mpi_case(stats_ratio -e DGC_STATS=1 -e DGC_VALUE_BITS=16 --grep "STATS +0x[0-9a-f]+<0x[0-9a-f]+ +1048576 +5 +0 +20971520 +18600 +1127[.]5x +1127[.]5x"
          -- stats)
-mpi_case(banner -e DGC_LOG_LEVEL=info --grep "rank 0 dgcshim INFO dgcshim active \\(host engine: (avx512|avx2|generic)\\): DGC_ENABLE=1 DGC_SPARSITY=0.999"
+mpi_case(banner -e DGC_LOG_LEVEL=info --grep "rank 0 dgcshim INFO dgcshim active \\(host engine: (avx512|avx2|generic), built for (Open MPI|MPICH) [0-9.a-z]+, MPI [34]\\.[0-9], (Open MPI|MPICH) ABI\\): DGC_ENABLE=1 DGC_SPARSITY=0.999"
          -- passthrough)
 mpi_case(mismatched_sparsity --split DGC_SPARSITY=0.99,0.9
          --fail "rank [0-9] dgcshim ERROR DGC_SPARSITY differs between ranks" -- passthrough)
@@ -180,14 +180,30 @@ set(FAILS --check $<TARGET_FILE:failure_check> ${EXACT} -e DGC_VALUE_BITS=32)
 # first); 800000: a payload that fits it (one all-gather).
 mpi_case(one_rank_out_of_memory ${FAILS}
          --grep "rank 3 could not get the memory this call needs" -- nomem)
+# The headroom is what the MPI library itself needs to go on working with
+# the cap on: MPICH over UCX needs more than Open MPI (with 2 MB its own
+# collective hangs, with or without the shim).
+if(DGC_MPI_FAMILY STREQUAL mpich)
+  set(NOMEM_HEADROOM 8)
+else()
+  set(NOMEM_HEADROOM 2)
+endif()
 mpi_case(one_rank_out_of_memory_small_payload ${FAILS}
-         --grep "rank 3 could not get the memory this call needs" -- nomem --n 800000 --headroom 2)
+         --grep "rank 3 could not get the memory this call needs" -- nomem --n 800000 --headroom ${NOMEM_HEADROOM})
 # Spawned ranks with another DGC_SPARSITY merged in: the first compressed
 # call and every later one fail on every rank; the log tells the jobs apart.
-mpi_case(spawned_ranks_disagree ${FAILS} -n 2 --btl self,vader,tcp
-         --grep "rank 0 dgcshim ERROR DGC_SPARSITY differs"
-         --grep "rank [01] job [0-9]+ dgcshim ERROR DGC_SPARSITY differs"
-         --times 4 "compressed calls on this communicator fail" -- spawn_mismatch)
+if(DGC_MPI_FAMILY STREQUAL mpich)
+  # Debian's MPICH 4.0 (ch4:ucx) fails MPI_Comm_spawn itself ("Error in
+  # spawn call"), with or without the shim.
+  add_test(NAME mpi.spawned_ranks_disagree COMMAND sh -c
+           "echo 'SKIPPED mpi.spawned_ranks_disagree: this MPICH cannot MPI_Comm_spawn (ch4:ucx), with or without the shim'; exit 77")
+  set_tests_properties(mpi.spawned_ranks_disagree PROPERTIES SKIP_RETURN_CODE 77)
+else()
+  mpi_case(spawned_ranks_disagree ${FAILS} -n 2 --btl self,vader,tcp
+           --grep "rank 0 dgcshim ERROR DGC_SPARSITY differs"
+           --grep "rank [01] job [0-9]+ dgcshim ERROR DGC_SPARSITY differs"
+           --times 4 "compressed calls on this communicator fail" -- spawn_mismatch)
+endif()
 # MPI_COMM_NULL: MPI_Allreduce's own error, not one of a function the shim
 # calls, read by an error handler rather than from the fatal handler's text
 # (mpirun can drop that text when a rank aborts right after sending it:

@@ -128,20 +128,33 @@ static void mode_spawn_child(void) {
 }
 
 /* ---- an invalid communicator ---- */
-/* Open MPI hands a C error handler the name of the function that raised the
- * error as the first of its variable arguments (the standard leaves them to
- * the implementation): what its fatal handler prints as "An error occurred
- * in MPI_Allreduce". Read here, where no aborting process can lose the
- * message on its way to mpirun. */
+/* Which MPI function raised the error. Open MPI hands a C error handler
+ * its name as the first of its variable arguments (the standard leaves them
+ * to the implementation): what its fatal handler prints as "An error
+ * occurred in MPI_Allreduce". MPICH names it in the error's own text (its
+ * error stack: "MPI_Allreduce(sbuf=..., comm=MPI_COMM_NULL) failed"). Read
+ * here, where no aborting process can lose the message on its way to the
+ * launcher. */
 static char raised_in[64];
 
 static void record_raiser(MPI_Comm *comm, int *code, ...) {
-    (void)comm, (void)code;
+    (void)comm;
+#if defined(MPICH_VERSION)
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(*code, text, &len);
+    const char *at = strstr(text, "MPI_");
+    size_t name = at ? strspn(at, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_") : 0;
+    snprintf(raised_in, sizeof raised_in, "%.*s", (int)name, at ? at : "(none)");
+    if (!at) snprintf(raised_in, sizeof raised_in, "(none)");
+#else
+    (void)code;
     va_list ap;
     va_start(ap, code);
     const char *name = va_arg(ap, const char *);
     va_end(ap);
     snprintf(raised_in, sizeof raised_in, "%s", name ? name : "(none)");
+#endif
 }
 
 /* Open MPI raises an invalid communicator on MPI_COMM_WORLD's handler. */

@@ -15,7 +15,9 @@
 # spawned jobs reach their parents over tcp only). --asan: more ASan options
 # for the sanitizer build (e.g. quarantine_size_mb=0 where a case needs
 # freed memory back at once); ignored otherwise.
-# Environment: SHIM and CHECK (paths), DGC_SANITIZE (ON: preload ASan first).
+# Environment: SHIM and CHECK (paths), DGC_SANITIZE (ON: preload ASan first),
+# MPI_FAMILY (openmpi, the default, or mpich: the launcher's dialect) and
+# MPIEXEC (the launcher: mpirun for Open MPI, mpiexec.mpich for MPICH).
 set -u
 np=4; envs=(); split=""; fail_re=""; greps=(); times=(); btl=self,vader; asan_extra=""; check="${CHECK:?CHECK unset}"
 while [ $# -gt 0 ]; do
@@ -43,22 +45,42 @@ if [ "${DGC_SANITIZE:-OFF}" = "ON" ]; then
 fi
 envs+=("LD_PRELOAD=$preload")
 
-mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl "$btl"
-     --mca rmaps_base_oversubscribe 1)
+# Each variable goes to every rank: Open MPI's mpirun -x VAR=VALUE, MPICH's
+# hydra -genv VAR VALUE (-env within one app context). --btl is Open MPI's.
+family=${MPI_FAMILY:-openmpi}
+case "$family" in
+  openmpi)
+    mpi=("${MPIEXEC:-mpirun}" --allow-run-as-root --oversubscribe --bind-to none --mca btl "$btl"
+         --mca rmaps_base_oversubscribe 1)
+    ctx() { echo -x "$1"; } ;;
+  mpich)
+    mpi=("${MPIEXEC:-mpiexec.mpich}")
+    ctx() { echo -env "${1%%=*}" "${1#*=}"; } ;;
+  *) echo "run_case.sh: MPI_FAMILY=$family: openmpi or mpich" >&2; exit 2 ;;
+esac
 xs=()
-for e in "${envs[@]}"; do xs+=(-x "$e"); done
+for e in "${envs[@]}"; do
+  if [ "$family" = openmpi ]; then xs+=(-x "$e"); else xs+=(-genv "${e%%=*}" "${e#*=}"); fi
+done
 # mpirun -x VAR=VALUE sets and exports; it must see the value in its own env too
 for e in "${envs[@]}"; do export "${e?}"; done
-unset LD_PRELOAD  # mpirun itself runs without the shim; -x hands it to the ranks
+unset LD_PRELOAD  # the launcher itself runs without the shim; it hands it to the ranks
 
 if [ -n "$split" ]; then
   var=${split%%=*}; vals=${split#*=}; a=${vals%%,*}; b=${vals#*,}
   half=$((np / 2))
-  # -x belongs to an app context: each context gets the common ones again
-  cmd=("${mpi[@]}" "${xs[@]}" -np "$half" -x "$var=$a" "$check" "$@"
-       : "${xs[@]}" -np "$((np - half))" -x "$var=$b" "$check" "$@")
+  read -ra ca <<<"$(ctx "$var=$a")"; read -ra cb <<<"$(ctx "$var=$b")"
+  if [ "$family" = openmpi ]; then
+    # -x belongs to an app context: each context gets the common ones again
+    cmd=("${mpi[@]}" "${xs[@]}" -np "$half" "${ca[@]}" "$check" "$@"
+         : "${xs[@]}" -np "$((np - half))" "${cb[@]}" "$check" "$@")
+  else
+    # hydra: -genv is global, -env belongs to the context it is in
+    cmd=("${mpi[@]}" "${xs[@]}" -n "$half" "${ca[@]}" "$check" "$@"
+         : -n "$((np - half))" "${cb[@]}" "$check" "$@")
+  fi
 else
-  cmd=("${mpi[@]}" "${xs[@]}" -np "$np" "$check" "$@")
+  cmd=("${mpi[@]}" "${xs[@]}" -n "$np" "$check" "$@")
 fi
 
 out=$(mktemp); trap 'rm -f "$out"' EXIT
