@@ -3,7 +3,7 @@
 # and with AddressSanitizer + UndefinedBehaviorSanitizer), runs the whole
 # suite (Criterion unit tests, mpirun integration tests, Fortran programs) in
 # both builds; builds both again for MPICH (libdgcshim-mpich.so, the MPICH
-# family's ABI) and runs the MPI suite (mpi.*, shim.*) under mpiexec.mpich,
+# family's ABI) and runs the MPI suite (mpi.*, shim.*, netns.*) under mpiexec.mpich,
 # then checks that both MPIs give the same bits (tests/mpi/same_bits.sh;
 # DGC_TEST_MPICH=0 leaves MPICH out, said by name); then the two libFuzzer
 # targets for FUZZ_SECONDS each (default
@@ -35,13 +35,13 @@ run build -DCMAKE_BUILD_TYPE=Release
 echo "== sanitizer build (ASan + UBSan) =="
 run build-san -DCMAKE_BUILD_TYPE=Debug -DDGC_SANITIZE=ON
 if [ "${DGC_TEST_MPICH:-1}" = 0 ]; then
-  echo "SKIPPED the MPICH builds (mpi.*, shim.* under mpiexec.mpich, same_bits): DGC_TEST_MPICH=0"
+  echo "SKIPPED the MPICH builds (mpi.*, shim.*, netns.* under mpiexec.mpich, same_bits): DGC_TEST_MPICH=0"
 else
   mpich=(-DMPI_C_COMPILER=mpicc.mpich -DDGC_CUDA=OFF)
-  echo "== MPICH build (mpi.*, shim.* under mpiexec.mpich) =="
-  run build-mpich -DCMAKE_BUILD_TYPE=Release "${mpich[@]}" -- -R '^(mpi|shim)[.]'
+  echo "== MPICH build (mpi.*, shim.*, netns.* under mpiexec.mpich) =="
+  run build-mpich -DCMAKE_BUILD_TYPE=Release "${mpich[@]}" -- -R '^(mpi|shim|netns)[.]'
   echo "== MPICH sanitizer build (ASan + UBSan) =="
-  run build-mpich-san -DCMAKE_BUILD_TYPE=Debug -DDGC_SANITIZE=ON "${mpich[@]}" -- -R '^(mpi|shim)[.]'
+  run build-mpich-san -DCMAKE_BUILD_TYPE=Debug -DDGC_SANITIZE=ON "${mpich[@]}" -- -R '^(mpi|shim|netns)[.]'
   echo "== the same bits under Open MPI and MPICH =="
   tests/mpi/same_bits.sh build build-mpich
 fi

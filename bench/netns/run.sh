@@ -6,7 +6,9 @@
 # Needs `cluster.sh up M` with M >= N first. Options before `--` go to mpirun
 # (e.g. -x LD_PRELOAD=/abs/libdgcshim.so -x DGC_STATS=1); the command must be
 # an absolute path or on PATH (it runs from the current directory, which all
-# "hosts" share).
+# "hosts" share). MPI_FAMILY=mpich runs it with MPICH's hydra instead
+# (MPIEXEC, default mpiexec.mpich), through the same agent; its options then
+# are -x VAR=VALUE only, passed on as -genv.
 #
 # How it launches, and why:
 #  * mpirun itself runs inside dgc0 (host 0), not in the root namespace. Its
@@ -52,7 +54,12 @@ shift
 for ((i = 0; i < N; i++)); do
     [ -e "/run/netns/$PREFIX$i" ] || die 4 "host $PREFIX$i does not exist: run '$HERE/cluster.sh up $N' first"
 done
-command -v mpirun >/dev/null 2>&1 || die 4 "mpirun (Open MPI) is not installed"
+family=${MPI_FAMILY:-openmpi}
+case "$family" in
+  openmpi) command -v mpirun >/dev/null 2>&1 || die 4 "mpirun (Open MPI) is not installed" ;;
+  mpich) command -v "${MPIEXEC:-mpiexec.mpich}" >/dev/null 2>&1 || die 4 "${MPIEXEC:-mpiexec.mpich} (MPICH) is not installed" ;;
+  *) die 2 "MPI_FAMILY=$family: openmpi or mpich" ;;
+esac
 
 tmp=$(mktemp -d /tmp/dgcnetns-run.XXXXXX)
 mpipid=""
@@ -65,26 +72,44 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 hostfile=$tmp/hostfile
-for ((i = 0; i < N; i++)); do echo "$SUBNET.$((HOST_BASE + i)) slots=1"; done >"$hostfile"
+hosts=""
+for ((i = 0; i < N; i++)); do
+    echo "$SUBNET.$((HOST_BASE + i)) slots=1"
+    hosts+="${hosts:+,}$SUBNET.$((HOST_BASE + i))"
+done >"$hostfile"
 
-# Run as root inside the namespaces: allow it for mpirun and the orteds.
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+if [ "$family" = openmpi ]; then
+    # Run as root inside the namespaces: allow it for mpirun and the orteds.
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    launcher=(mpirun --allow-run-as-root
+        --hostfile "$hostfile" -np "$N" --map-by node --bind-to none
+        --mca plm rsh
+        --mca plm_rsh_agent "$AGENT"
+        --mca plm_rsh_no_tree_spawn 1
+        --mca orte_keep_fqdn_hostnames 1
+        --mca oob_tcp_if_include "$SUBNET.0/24"
+        --mca pml ob1 --mca btl tcp,self
+        --mca btl_tcp_if_include "$SUBNET.0/24"
+        --mca osc '^ucx'
+        "${mpi_opts[@]}")
+else
+    # MPICH's hydra: the same agent as its rsh launcher, one rank a host; UCX
+    # over TCP on the hosts' eth0 (the shaped veth), never shared memory
+    # between the namespaces. mpirun's -x VAR=VALUE options become -genv.
+    genv=()
+    for ((i = 0; i < ${#mpi_opts[@]}; i++)); do
+        case "${mpi_opts[i]}" in
+          -x) kv=${mpi_opts[i + 1]}; genv+=(-genv "${kv%%=*}" "${kv#*=}"); i=$((i + 1)) ;;
+          *) die 2 "under MPICH only -x VAR=VALUE options are understood, not '${mpi_opts[i]}'" ;;
+        esac
+    done
+    launcher=("${MPIEXEC:-mpiexec.mpich}" -launcher rsh -launcher-exec "$AGENT" -hosts "$hosts" -ppn 1 -n "$N"
+        -genv UCX_NET_DEVICES eth0 -genv UCX_TLS tcp,self ${genv[@]+"${genv[@]}"})
+fi
 
 set +e
 ip netns exec "${PREFIX}0" unshare --uts /bin/sh -c 'echo "$1" > /proc/sys/kernel/hostname && shift && exec "$@"' \
-    run "${PREFIX}0" \
-    mpirun --allow-run-as-root \
-    --hostfile "$hostfile" -np "$N" --map-by node --bind-to none \
-    --mca plm rsh \
-    --mca plm_rsh_agent "$AGENT" \
-    --mca plm_rsh_no_tree_spawn 1 \
-    --mca orte_keep_fqdn_hostnames 1 \
-    --mca oob_tcp_if_include "$SUBNET.0/24" \
-    --mca pml ob1 --mca btl tcp,self \
-    --mca btl_tcp_if_include "$SUBNET.0/24" \
-    --mca osc '^ucx' \
-    "${mpi_opts[@]}" \
-    "$@" &
+    run "${PREFIX}0" "${launcher[@]}" "$@" &
 mpipid=$!
 wait "$mpipid"
 rc=$?

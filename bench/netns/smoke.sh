@@ -33,7 +33,13 @@ command -v ip >/dev/null 2>&1 || skip "iproute2 'ip' not installed"
 command -v tc >/dev/null 2>&1 || skip "iproute2 'tc' not installed"
 command -v unshare >/dev/null 2>&1 || skip "util-linux 'unshare' not installed"
 ip netns list >/dev/null 2>&1 || skip "'ip netns' not supported: $(ip netns list 2>&1 | head -1)"
-command -v mpirun >/dev/null 2>&1 || fail "mpirun (Open MPI) is not installed"
+if [ "${MPI_FAMILY:-openmpi}" = mpich ]; then
+    command -v "${MPIEXEC:-mpiexec.mpich}" >/dev/null 2>&1 || fail "${MPIEXEC:-mpiexec.mpich} (MPICH) is not installed"
+    MPI_NAME=MPICH
+else
+    command -v mpirun >/dev/null 2>&1 || fail "mpirun (Open MPI) is not installed"
+    MPI_NAME="Open MPI"
+fi
 [ -x "$BENCH" ] || fail "no benchmark at $BENCH (build first: cmake --build build)"
 [ -f "$SHIM" ] || fail "no shim at $SHIM (build first: cmake --build build)"
 BENCH=$(realpath "$BENCH"); SHIM=$(realpath "$SHIM")
@@ -103,7 +109,7 @@ timeout 120 "$HERE/run.sh" "$N" ${ASAN[@]+"${ASAN[@]}"} -- "$BENCH" --min-bytes 
     { cat "$tmp/launch.out" >&2; fail "the launch-only run failed"; }
 LAUNCH=$(($(counter tx) - tx0))
 echo "  $LAUNCH bytes"
-echo "== dense Open MPI =="
+echo "== dense $MPI_NAME =="
 run dense
 echo "== under the shim (LD_PRELOAD=$SHIM) =="
 # PRELOAD_FIRST: libraries that must precede the shim (a sanitizer build's

@@ -3,7 +3,7 @@
 # are written side by side so they cannot drift apart.
 function(mpi_case name)
   add_test(NAME mpi.${name} COMMAND ${RUN_CASE} ${ARGN})
-  set_tests_properties(mpi.${name} PROPERTIES ENVIRONMENT "${CASE_ENV}" TIMEOUT 180)
+  set_tests_properties(mpi.${name} PROPERTIES ENVIRONMENT "${CASE_ENV}" TIMEOUT ${DGC_CTEST_TIMEOUT})
 endfunction()
 
 set(EXACT -e DGC_SAMPLE_RATIO=1 -e DGC_SPARSITY=0.99)
@@ -79,7 +79,8 @@ mpi_case(transport_dense_nonfinite ${EXACT} -e DGC_TRANSPORT=dense -e DGC_MOMENT
 # the same weights as plain SGD over S_t (DGC_COMPENSATE=0).
 add_test(NAME mpi.compensation_matches_plain_sgd
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/mpi/compensation.sh ${RUN_CASE})
-set_tests_properties(mpi.compensation_matches_plain_sgd PROPERTIES ENVIRONMENT "${CASE_ENV}" TIMEOUT 300)
+math(EXPR three_jobs "3 * ${DGC_CASE_TIMEOUT}")
+set_tests_properties(mpi.compensation_matches_plain_sgd PROPERTIES ENVIRONMENT "${CASE_ENV}" TIMEOUT ${three_jobs})
 mpi_case(drain_many_steps -e DGC_SPARSITY=0.99 -- drain --n 20000 --steps 200 --sparsity 0.99)
 mpi_case(passthrough -- passthrough --expect-compressed 1)
 mpi_case(passthrough_disabled -e DGC_ENABLE=0 -- passthrough --expect-compressed 0)

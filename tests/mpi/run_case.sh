@@ -17,7 +17,8 @@
 # freed memory back at once); ignored otherwise.
 # Environment: SHIM and CHECK (paths), DGC_SANITIZE (ON: preload ASan first),
 # MPI_FAMILY (openmpi, the default, or mpich: the launcher's dialect) and
-# MPIEXEC (the launcher: mpirun for Open MPI, mpiexec.mpich for MPICH).
+# MPIEXEC (the launcher: mpirun for Open MPI, mpiexec.mpich for MPICH),
+# CASE_TIMEOUT (seconds before a job counts as hung, 120).
 set -u
 np=4; envs=(); split=""; fail_re=""; greps=(); times=(); btl=self,vader; asan_extra=""; check="${CHECK:?CHECK unset}"
 while [ $# -gt 0 ]; do
@@ -85,7 +86,7 @@ fi
 
 out=$(mktemp); trap 'rm -f "$out"' EXIT
 echo "+ ${cmd[*]}"
-timeout 120 "${cmd[@]}" >"$out" 2>&1
+timeout "${CASE_TIMEOUT:-120}" "${cmd[@]}" >"$out" 2>&1
 rc=$?
 cat "$out"
 if [ $rc -eq 124 ]; then echo "CASE FAILED: timed out (a hang)"; exit 1; fi
