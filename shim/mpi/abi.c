@@ -23,22 +23,21 @@
 
 #define STR_(x) #x
 #define STR(x) STR_(x)
-#if defined(OMPI_MAJOR_VERSION)
-#define BUILT_FAMILY DGC_MPI_OPEN_MPI
-#define BUILT_VERSION "Open MPI " STR(OMPI_MAJOR_VERSION) "." STR(OMPI_MINOR_VERSION) "." STR(OMPI_RELEASE_VERSION)
-#elif defined(MPICH_VERSION)
-#define BUILT_FAMILY DGC_MPI_MPICH
-#define BUILT_VERSION "MPICH " MPICH_VERSION
-#else
-#define BUILT_FAMILY DGC_MPI_UNKNOWN
-#define BUILT_VERSION "an MPI of unknown family"
-#endif
+/* MPI families, by ABI: Open MPI; MPICH and the libraries that keep its
+ * ABI (Intel MPI, Cray MPICH, MVAPICH2). */
+enum { FAMILY_UNKNOWN, FAMILY_OPEN_MPI, FAMILY_MPICH };
 
 #if defined(OMPI_MAJOR_VERSION)
+#define BUILT_FAMILY FAMILY_OPEN_MPI
+#define BUILT_VERSION "Open MPI " STR(OMPI_MAJOR_VERSION) "." STR(OMPI_MINOR_VERSION) "." STR(OMPI_RELEASE_VERSION)
 #define BUILT_ABI "Open MPI ABI"
 #elif defined(MPICH_VERSION)
+#define BUILT_FAMILY FAMILY_MPICH
+#define BUILT_VERSION "MPICH " MPICH_VERSION
 #define BUILT_ABI "MPICH ABI"
 #else
+#define BUILT_FAMILY FAMILY_UNKNOWN
+#define BUILT_VERSION "an MPI of unknown family"
 #define BUILT_ABI "unknown ABI"
 #endif
 
@@ -46,15 +45,15 @@ const char *dgc_mpi_built_for(void) {
     return BUILT_VERSION ", MPI " STR(MPI_VERSION) "." STR(MPI_SUBVERSION) ", " BUILT_ABI;
 }
 
-int dgc_mpi_family_of(const char *version) {
-    if (!version) return DGC_MPI_UNKNOWN;
-    if (strstr(version, "Open MPI")) return DGC_MPI_OPEN_MPI;
+/* The family of an MPI_Get_library_version string. */
+static int family_of(const char *version) {
+    if (strstr(version, "Open MPI")) return FAMILY_OPEN_MPI;
     /* MPICH and the libraries that keep its ABI, as their version strings
      * name themselves */
     static const char *const mpich[] = {"MPICH", "Intel(R) MPI", "MVAPICH", "CRAY MPICH"};
     for (size_t i = 0; i < sizeof mpich / sizeof *mpich; i++)
-        if (strstr(version, mpich[i])) return DGC_MPI_MPICH;
-    return DGC_MPI_UNKNOWN;
+        if (strstr(version, mpich[i])) return FAMILY_MPICH;
+    return FAMILY_UNKNOWN;
 }
 
 enum { MAX_OBJECTS = 512 };
@@ -100,16 +99,16 @@ static int own_version(const char *name, char *out, size_t cap) {
 /* Stops the process when an MPI library of another family than the
  * build's is loaded. when: "loaded", "MPI_Init". */
 void dgc_mpi_check_abi(const char *when) {
-    if (BUILT_FAMILY == DGC_MPI_UNKNOWN) return; /* nothing to compare with */
+    if (BUILT_FAMILY == FAMILY_UNKNOWN) return; /* nothing to compare with */
     objects o = {.n = 0};
     dl_iterate_phdr(collect, &o);
     char version[512];
     for (int i = 0; i < o.n; i++) {
         const char *name = o.names[i];
         if (!own_version(name, version, sizeof version)) continue;
-        int family = dgc_mpi_family_of(version);
-        if (family == DGC_MPI_UNKNOWN || family == BUILT_FAMILY) continue;
-        const char *fix = family == DGC_MPI_MPICH ? "cmake -DMPI_C_COMPILER=mpicc.mpich (libdgcshim-mpich.so)"
+        int family = family_of(version);
+        if (family == FAMILY_UNKNOWN || family == BUILT_FAMILY) continue;
+        const char *fix = family == FAMILY_MPICH ? "cmake -DMPI_C_COMPILER=mpicc.mpich (libdgcshim-mpich.so)"
                                                   : "cmake -DMPI_C_COMPILER=mpicc.openmpi (libdgcshim.so)";
         fprintf(stderr,
                 "dgcshim ERROR this process uses %s (%s), but this libdgcshim was built for %s: two MPI "

@@ -16,13 +16,6 @@
  * silently inert there). tests/exports.sh checks the list. */
 #define DGC_MPI_EXPORT __attribute__((visibility("default")))
 
-/* MPI families, by ABI: Open MPI; MPICH and the libraries that keep its
- * ABI (Intel MPI, Cray MPICH, MVAPICH2). mpi/abi.c. */
-enum { DGC_MPI_UNKNOWN, DGC_MPI_OPEN_MPI, DGC_MPI_MPICH };
-
-/* The family of an MPI_Get_library_version string. */
-int dgc_mpi_family_of(const char *version);
-
 /* The MPI the shim was built for: name, version, MPI standard, ABI. */
 const char *dgc_mpi_built_for(void);
 

@@ -121,7 +121,8 @@ static int check_now(const dgc_nccl_api *api, dgc_nccl_call *k, const dgc_config
 
 /* The route (nccl/rules.c) from what is known, learning one fact more
  * whenever it asks (capture: a CUDA call; a record; the check), in the
- * order the rules ask for them. g is entered (the communicator's device
+ * order the rules ask for them; the record's facts are read again only
+ * when the record or its check changed. g is entered (the communicator's device
  * made current) when *guarded. k->c, once set, is held
  * (dgc_registry_comm_hold): the caller drops it. */
 static decision decide(const dgc_nccl_api *api, dgc_nccl_call *k, const dgc_config *cfg, dgc_device_guard *g,
@@ -132,8 +133,8 @@ static decision decide(const dgc_nccl_api *api, dgc_nccl_call *k, const dgc_conf
     if (f.candidate) k->c = dgc_nccl_comm_find(k->comm);
     decision d = DECIDED_PASS;
     int device = -1;
+    learn(&f, k->c, cfg, k->count);
     for (;;) {
-        learn(&f, k->c, cfg, k->count);
         switch (dgc_nccl_route_of(&f)) {
         case DGC_ROUTE_PASS: return DECIDED_PASS;
         case DGC_ROUTE_PASS_DENSE: return DECIDED_DENSE;
@@ -148,9 +149,11 @@ static decision decide(const dgc_nccl_api *api, dgc_nccl_call *k, const dgc_conf
         case DGC_ROUTE_OPEN:
             if (!(k->c = dgc_nccl_comm_open(api, k->comm, device)))
                 return last_resort(k, ncclSystemError, "no record for a new NCCL communicator");
+            learn(&f, k->c, cfg, k->count);
             break;
         case DGC_ROUTE_CHECK_NOW:
             if (check_now(api, k, cfg, &d)) return d;
+            learn(&f, k->c, cfg, k->count); /* its verdict */
             break;
         case DGC_ROUTE_CHECK_LATER: /* passed through in the group, checked after it: alike everywhere */
             if (dgc_nccl_group_defer_check(k->c, k->comm, k->stream))
