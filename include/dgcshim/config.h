@@ -19,6 +19,9 @@ typedef enum {
     DGC_LOG_DEBUG = 3
 } dgc_log_level;
 
+/* The longest text value (a path) a variable takes, with its NUL. */
+#define DGC_TEXT_MAX 1024
+
 typedef struct dgc_config {
     int enable;              /* DGC_ENABLE */
     double sparsity;         /* DGC_SPARSITY, [0, 1) */
@@ -37,6 +40,9 @@ typedef struct dgc_config {
     uint64_t max_state_mb;   /* DGC_MAX_STATE_MB, 0 = no limit */
     int transport;           /* DGC_TRANSPORT, a dgc_transport */
     uint64_t value_bits;     /* DGC_VALUE_BITS: 16 (scaled binary16, wire_compact.h) or 32 (fp32) */
+    uint64_t stats_every;    /* DGC_STATS_EVERY, 0 = only at exit */
+    char stats_file[DGC_TEXT_MAX];   /* DGC_STATS_FILE, "" = none */
+    char nccl_library[DGC_TEXT_MAX]; /* DGC_NCCL_LIBRARY, "" = find it among the loaded objects */
 } dgc_config;
 
 /* How a compressed call's selected pairs travel (DGC_TRANSPORT). */
@@ -65,6 +71,9 @@ typedef enum {
     DGC_OPT_MAX_STATE_MB,
     DGC_OPT_TRANSPORT,
     DGC_OPT_VALUE_BITS,
+    DGC_OPT_STATS_FILE,
+    DGC_OPT_STATS_EVERY,
+    DGC_OPT_NCCL_LIBRARY,
     DGC_OPT_COUNT
 } dgc_option;
 
@@ -76,6 +85,9 @@ typedef const char *(*dgc_env_lookup)(const char *name);
  * defaults for every variable, so callers can still log sensibly. */
 int dgc_config_parse(dgc_config *cfg, dgc_env_lookup lookup, char *err, size_t errlen);
 
+/* 1 when statistics are kept: for the report (DGC_STATS) or the file (DGC_STATS_FILE). */
+static inline int dgc_config_counts(const dgc_config *cfg) { return cfg->stats || cfg->stats_file[0]; }
+
 /* The defaults, as if no variable were set. */
 void dgc_config_defaults(dgc_config *cfg);
 
@@ -83,6 +95,8 @@ void dgc_config_defaults(dgc_config *cfg);
 const char *dgc_option_name(dgc_option opt);
 const char *dgc_option_default(dgc_option opt);
 const char *dgc_option_range(dgc_option opt);
+/* One line of meaning ("fraction of elements not sent"), for `dgcshim config`. */
+const char *dgc_option_summary(dgc_option opt);
 
 /* 1 when ranks must agree on the option (it changes what goes on the wire). */
 int dgc_option_is_collective(dgc_option opt);

@@ -13,8 +13,9 @@
 #include <string.h>
 #include <strings.h>
 
-/* KIND_CHOICE: one of the row's names, stored (an int) as its index. */
-typedef enum { KIND_BOOL, KIND_UINT, KIND_REAL, KIND_CHOICE } option_kind;
+/* KIND_CHOICE: one of the row's names, stored (an int) as its index.
+ * KIND_TEXT: a path, stored as a string of at most DGC_TEXT_MAX - 1 bytes; empty is unset. */
+typedef enum { KIND_BOOL, KIND_UINT, KIND_REAL, KIND_CHOICE, KIND_TEXT } option_kind;
 
 typedef struct {
     const char *name;
@@ -69,6 +70,36 @@ static const option_desc options[DGC_OPT_COUNT] = {
      * (wire_compact.h), 11 significant bits; 32: fp32. */
     [DGC_OPT_VALUE_BITS] = {"DGC_VALUE_BITS", KIND_UINT, "16", 16, 32, 0, 0, "16 or 32", 1, OFF(value_bits),
                             NULL, widths},
+    [DGC_OPT_STATS_FILE] = {"DGC_STATS_FILE", KIND_TEXT, "", 0, 0, 0, 0, "a path of at most 1023 bytes, empty = none",
+                            0, OFF(stats_file)},
+    [DGC_OPT_STATS_EVERY] = {"DGC_STATS_EVERY", KIND_UINT, "0", 0, 1e12, 0, 0, "integer in [0, 10^12], 0 = at exit only",
+                             0, OFF(stats_every)},
+    [DGC_OPT_NCCL_LIBRARY] = {"DGC_NCCL_LIBRARY", KIND_TEXT, "", 0, 0, 0, 0,
+                              "a path of at most 1023 bytes, empty = search", 0, OFF(nccl_library)},
+};
+
+/* One line each, for `dgcshim config` (docs/configuration.md says more). */
+static const char *const summaries[DGC_OPT_COUNT] = {
+    [DGC_OPT_ENABLE] = "0: pure pass-through on every rank",
+    [DGC_OPT_SPARSITY] = "fraction of elements not sent; k = ceil((1 - sparsity) n)",
+    [DGC_OPT_WARMUP_STEPS] = "steps over which sparsity ramps 75%, 93.75%, ... up to DGC_SPARSITY",
+    [DGC_OPT_MOMENTUM] = "momentum m of the correction u = m u + g; 0 = plain residual",
+    [DGC_OPT_NESTEROV] = "Nesterov form of the momentum correction",
+    [DGC_OPT_MOMENTUM_MASKING] = "zero the momentum at the indices sent (momentum factor masking)",
+    [DGC_OPT_CLIP_NORM] = "local gradient clipping norm before accumulation; 0 = off",
+    [DGC_OPT_MIN_ELEMENTS] = "buffers with fewer elements pass through",
+    [DGC_OPT_MIN_RANKS] = "communicators with fewer ranks pass through",
+    [DGC_OPT_SAMPLE_RATIO] = "fraction of the residual sampled to estimate the top-k threshold; 1 = exact",
+    [DGC_OPT_LOG_LEVEL] = "log verbosity; errors always print",
+    [DGC_OPT_STATS] = "1: print per-buffer statistics on rank 0 at MPI_Finalize (or exit)",
+    [DGC_OPT_COMPENSATE] = "return S_t - m S_{t-1} so that an unmodified SGD with momentum m applies DGC's update",
+    [DGC_OPT_STATE_IDLE_CALLS] = "free a buffer's state after this many calls without it; 0 = never",
+    [DGC_OPT_MAX_STATE_MB] = "this rank's memory budget for states, in MiB; 0 = no limit",
+    [DGC_OPT_TRANSPORT] = "how the selected pairs travel: per call the fewer bytes, or forced",
+    [DGC_OPT_VALUE_BITS] = "bits per value on the wire: 16 (scaled binary16) or 32 (fp32)",
+    [DGC_OPT_STATS_FILE] = "every rank writes JSON lines of its statistics to PATH.RANK (dgcshim report)",
+    [DGC_OPT_STATS_EVERY] = "with DGC_STATS_FILE: also write a line every this many compressed calls",
+    [DGC_OPT_NCCL_LIBRARY] = "the loaded library that holds the real NCCL, for unusual installs",
 };
 
 
@@ -134,10 +165,19 @@ static void store(dgc_config *cfg, const option_desc *o, double x) {
     case KIND_CHOICE: *(int *)field(cfg, o) = (int)x; break;
     case KIND_UINT: *(uint64_t *)field(cfg, o) = (uint64_t)x; break;
     case KIND_REAL: *(double *)field(cfg, o) = x == 0 ? 0.0 : x; break; /* -0 hashes as 0 */
+    case KIND_TEXT: break; /* parse_text */
     }
 }
 
+static int parse_text(dgc_config *cfg, const option_desc *o, const char *text) {
+    size_t n = strlen(text);
+    if (n >= DGC_TEXT_MAX) return 0;
+    memcpy(field(cfg, o), text, n + 1);
+    return 1;
+}
+
 static int parse_one(dgc_config *cfg, const option_desc *o, const char *text) {
+    if (o->kind == KIND_TEXT) return parse_text(cfg, o, text);
     double x = 0;
     int ok = o->kind == KIND_CHOICE ? parse_choice(o, text, &x) : parse_number(o, text, &x);
     if (!ok || !in_range(o, x)) return 0;
@@ -166,7 +206,7 @@ int dgc_config_parse(dgc_config *cfg, dgc_env_lookup lookup, char *err, size_t e
         if (!parse_one(cfg, o, text)) {
             int cut = strlen(text) > QUOTE_MAX;
             snprintf(err, errlen, "invalid %s='%.*s'%s: accepted %s (default %s)", o->name, QUOTE_MAX, text,
-                     cut ? "... (cut)" : "", o->range, o->def);
+                     cut ? "... (cut)" : "", o->range, o->def[0] ? o->def : "unset");
             dgc_config_defaults(cfg);
             return -1;
         }
@@ -177,11 +217,15 @@ int dgc_config_parse(dgc_config *cfg, dgc_env_lookup lookup, char *err, size_t e
 const char *dgc_option_name(dgc_option opt) { return options[opt].name; }
 const char *dgc_option_default(dgc_option opt) { return options[opt].def; }
 const char *dgc_option_range(dgc_option opt) { return options[opt].range; }
+const char *dgc_option_summary(dgc_option opt) { return summaries[opt]; }
 int dgc_option_is_collective(dgc_option opt) { return options[opt].collective; }
 
 uint64_t dgc_option_hash(const dgc_config *cfg, dgc_option opt) {
     const option_desc *o = &options[opt];
-    size_t size = o->kind == KIND_UINT ? sizeof(uint64_t) : o->kind == KIND_REAL ? sizeof(double) : sizeof(int);
+    size_t size = o->kind == KIND_UINT   ? sizeof(uint64_t)
+                  : o->kind == KIND_REAL ? sizeof(double)
+                  : o->kind == KIND_TEXT ? strlen(cfield(cfg, o))
+                                         : sizeof(int);
     const unsigned char *p = cfield(cfg, o);
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
     for (size_t i = 0; i < size; i++) h = (h ^ p[i]) * 1099511628211ull;
@@ -206,6 +250,7 @@ static int describe_one(const dgc_config *cfg, const option_desc *o, char *buf, 
     case KIND_UINT:
         return snprintf(buf, len, "%s=%llu", o->name, (unsigned long long)*(const uint64_t *)p);
     case KIND_REAL: return describe_real(o->name, *(const double *)p, buf, len);
+    case KIND_TEXT: return snprintf(buf, len, "%s=%s", o->name, (const char *)p);
     }
     return 0;
 }

@@ -31,7 +31,7 @@ static uint64_t next_comm_id = 1;
 static dgc_registry_totals totals;
 static dgc_report_row *released_rows; /* live is 0 in every one of them */
 static size_t nreleased_rows, released_rows_cap;
-static _Atomic uint64_t passthrough, over_budget, failed[DGC_FAIL_CAUSES], saturated;
+static _Atomic uint64_t passthrough, passthrough_bytes, compressed, over_budget, failed[DGC_FAIL_CAUSES], saturated;
 static int hooks[DGC_HOOK_COUNT] = {-1, -1};
 static void *_Atomic slots[DGC_SLOT_COUNT];
 static pthread_once_t onces[DGC_ONCE_COUNT] = {PTHREAD_ONCE_INIT};
@@ -192,7 +192,11 @@ static void keep_released_stats(const dgc_buffer *b) {
     }
     if (r) {
         dgc_stats_add(&r->stats, &b->stats);
-        if (b->stats.calls) r->stats.last_wire_bytes = b->stats.last_wire_bytes; /* the latest, not a sum */
+        if (b->stats.calls) { /* the latest, not a sum */
+            r->stats.last_wire_bytes = b->stats.last_wire_bytes;
+            r->stats.last_k = b->stats.last_k;
+            r->stats.last_dense = b->stats.last_dense;
+        }
         r->states++;
     } else {
         dgc_stats_add(&totals.released_unkeyed, &b->stats);
@@ -633,12 +637,20 @@ void dgc_registry_totals_get(dgc_registry_totals *t) {
     *t = totals;
     pthread_mutex_unlock(&lock);
     t->passthrough = atomic_load_explicit(&passthrough, memory_order_relaxed);
+    t->passthrough_bytes = atomic_load_explicit(&passthrough_bytes, memory_order_relaxed);
+    t->compressed = atomic_load_explicit(&compressed, memory_order_relaxed);
     t->over_budget = atomic_load_explicit(&over_budget, memory_order_relaxed);
     for (int i = 0; i < DGC_FAIL_CAUSES; i++) t->failed[i] = atomic_load_explicit(&failed[i], memory_order_relaxed);
     t->saturated = atomic_load_explicit(&saturated, memory_order_relaxed);
 }
 
-void dgc_registry_count_passthrough(void) { atomic_fetch_add_explicit(&passthrough, 1, memory_order_relaxed); }
+void dgc_registry_count_passthrough(uint64_t bytes) {
+    atomic_fetch_add_explicit(&passthrough, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&passthrough_bytes, bytes, memory_order_relaxed);
+}
+uint64_t dgc_registry_count_compressed(void) {
+    return atomic_fetch_add_explicit(&compressed, 1, memory_order_relaxed) + 1;
+}
 void dgc_registry_count_over_budget(void) { atomic_fetch_add_explicit(&over_budget, 1, memory_order_relaxed); }
 void dgc_registry_count_failed(dgc_fail_cause cause, uint64_t calls) {
     if (cause >= 0 && cause < DGC_FAIL_CAUSES) atomic_fetch_add_explicit(&failed[cause], calls, memory_order_relaxed);

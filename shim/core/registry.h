@@ -290,13 +290,18 @@ typedef struct {
     uint64_t live_states;
     size_t bytes, peak_bytes;  /* memory held by states and exchange buffers (reserves included) */
     uint64_t passthrough;      /* pass-through calls, counted only when statistics are on */
+    uint64_t passthrough_bytes; /* their bytes (count times the type's size) */
+    uint64_t compressed;       /* compressed calls (dgc_registry_count_compressed) */
     uint64_t over_budget;      /* calls summed densely because some rank was over its budget */
     uint64_t failed[DGC_FAIL_CAUSES]; /* calls that failed on every rank, by the cause this rank saw */
     uint64_t saturated;        /* steps whose update held some residual or momentum at +-FLT_MAX */
 } dgc_registry_totals;
 
 void dgc_registry_totals_get(dgc_registry_totals *t);
-void dgc_registry_count_passthrough(void);
+/* A pass-through call of this many bytes (counted when statistics are kept). */
+void dgc_registry_count_passthrough(uint64_t bytes);
+/* One more compressed call in this process; returns the count so far. */
+uint64_t dgc_registry_count_compressed(void);
 void dgc_registry_count_over_budget(void);
 void dgc_registry_count_failed(dgc_fail_cause cause, uint64_t calls);
 /* Steps whose update saturated (update_rules.h); the first ones logged once
@@ -337,6 +342,9 @@ enum {
     DGC_FLAG_NCCL_CAPTURE_QUERY_SAID, /* a failed cudaStreamIsCapturing was logged */
     DGC_FLAG_NCCL_MISSING_SAID,  /* no real NCCL could be found: logged */
     DGC_FLAG_SATURATED_SAID,     /* a saturated residual was logged */
+    DGC_FLAG_STATS_FILE_OPENED,  /* DGC_STATS_FILE's file was started afresh (truncated) */
+    DGC_FLAG_STATS_FILE_FAILED,  /* writing DGC_STATS_FILE failed: logged */
+    DGC_FLAG_STATS_FILE_FINAL,   /* the exit line of DGC_STATS_FILE was written */
     DGC_FLAG_COUNT
 };
 int dgc_registry_claim(int which);

@@ -174,7 +174,11 @@ int dgc_mpi_try_compressed(const void *sb, void *rb, MPI_Count count, MPI_Dataty
         int n = intra_size(comm);
         if (dgc_policy_compressible(cfg, (uint64_t)count, n)) return compressed(sb, rb, (uint64_t)count, comm, n, cfg);
     }
-    if (cfg->stats) dgc_registry_count_passthrough();
+    if (dgc_config_counts(cfg)) {
+        int size = 0;
+        if (PMPI_Type_size(dt, &size) != MPI_SUCCESS || size < 0) size = 0;
+        dgc_registry_count_passthrough((uint64_t)count * (uint64_t)size);
+    }
     return DGC_MPI_PASS;
 }
 

@@ -17,6 +17,7 @@
 
 #include "core/log.h"
 #include "core/report.h"
+#include "core/stats_file.h"
 #include "internal.h"
 
 /* The largest payload exchanged in one all-gather; a larger one goes after an
@@ -41,6 +42,7 @@ static int comm_deleted(MPI_Comm comm, int keyval, void *val, void *extra) {
 static void finalizing(void) {
     const dgc_config *cfg = dgc_config_current();
     if (cfg->stats && dgc_config_rank() == 0 && dgc_registry_claim(DGC_FLAG_REPORTED)) dgc_stats_report();
+    dgc_stats_file_final();
     dgc_config off = *cfg;
     off.enable = 0;
     dgc_config_install(&off);

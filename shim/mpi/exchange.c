@@ -25,6 +25,7 @@
 #include "dgcshim/wire.h"
 #include "dgcshim/wire_compact.h"
 #include "core/log.h"
+#include "core/stats_file.h"
 #include "internal.h"
 
 #define HEADER_WORDS ((int)(sizeof(dgc_wire_header) / 8))
@@ -234,7 +235,7 @@ static void compensate_dense(dgc_buffer *b, float *out, const dgc_step_params *p
     dgc_registry_keep_dense(b, p->step, p->nranks);
 }
 
-static void count_call(dgc_buffer *b, const layout *l, double seconds) {
+static void count_call(dgc_buffer *b, const layout *l, uint64_t k, double seconds) {
     b->stats.engine_seconds += seconds;
     b->stats.calls++;
     b->stats.dense_bytes += b->count * sizeof(float);
@@ -244,6 +245,9 @@ static void count_call(dgc_buffer *b, const layout *l, double seconds) {
     b->stats.wire_bytes += sent;
     b->stats.last_wire_bytes = sent;
     b->stats.dense_transport += l->dense != 0;
+    b->stats.last_k = k;
+    b->stats.last_dense = l->dense != 0;
+    dgc_stats_file_tick();
 }
 
 /* The dense transport: this rank's pairs scattered into its (zeroed)
@@ -263,7 +267,7 @@ static int dense_transport_path(dgc_comm *c, dgc_buffer *b, float *work, const d
     double t2 = now();
     commit(b, p);
     compensate_dense(b, work, p, cfg, agreed);
-    count_call(b, l, engine_seconds + (t1 - t0) + (now() - t2));
+    count_call(b, l, p->k, engine_seconds + (t1 - t0) + (now() - t2));
     return MPI_SUCCESS;
 }
 
@@ -292,7 +296,7 @@ static int sparse_path(dgc_buffer *b, float *work, const dgc_step_params *p, con
     } else {
         dgc_discard(b->state);
     }
-    count_call(b, l, engine_seconds + now() - t0);
+    count_call(b, l, p->k, engine_seconds + now() - t0);
     if (r == DGC_DECODE_BAD) {
         dgc_registry_count_failed(DGC_FAIL_BAD_PAYLOAD, 1);
         DGC_ERROR("%s", err);
@@ -318,7 +322,7 @@ static int skip_nonfinite(dgc_buffer *b, int local, float *work, const dgc_step_
                           double engine_seconds) {
     fill_nan(work, p->n);
     if (local == DGC_PART_STATE) {
-        count_call(b, l, engine_seconds);
+        count_call(b, l, p->k, engine_seconds);
         b->stats.nonfinite++;
     }
     abandon(b, local);
@@ -368,7 +372,7 @@ int dgc_mpi_exchange(dgc_comm *c, dgc_buffer *b, int local, const float *g, floa
     if (sum.nonfinite) return skip_nonfinite(b, local, work, p, &l, engine_seconds);
     if (sum.dense) {
         rc = dense_path(c, b, local, g, work, p->n, p, comm);
-        if (b) count_call(b, &l, engine_seconds);
+        if (b) count_call(b, &l, p->k, engine_seconds);
         return rc;
     }
     if (l.dense) return dense_transport_path(c, b, work, p, &l, comm, cfg, sum.age, engine_seconds);

@@ -49,6 +49,7 @@
 #include "dgcshim/policy.h"
 #include "dgcshim/wire.h"
 #include "core/log.h"
+#include "core/stats_file.h"
 #include "internal.h"
 
 int dgc_nccl_gpu_dtype(ncclDataType_t dtype, dgc_gpu_dtype *out) {
@@ -57,6 +58,18 @@ int dgc_nccl_gpu_dtype(ncclDataType_t dtype, dgc_gpu_dtype *out) {
     case ncclFloat16: *out = DGC_GPU_F16; return 0;
     case ncclBfloat16: *out = DGC_GPU_BF16; return 0;
     default: return -1;
+    }
+}
+
+/* Bytes per element; 0 for a type this NCCL header does not know (counted
+ * as a call with no bytes rather than guessed). */
+size_t dgc_nccl_type_size(ncclDataType_t dtype) {
+    switch ((int)dtype) {
+    case 0: case 1: case 10: case 11: return 1; /* int8, uint8, float8 e4m3 and e5m2 */
+    case 6: case 9: return 2;                   /* float16, bfloat16 */
+    case 2: case 3: case 7: return 4;           /* int32, uint32, float32 */
+    case 4: case 5: case 8: return 8;           /* int64, uint64, float64 */
+    default: return 0;
     }
 }
 
@@ -543,6 +556,9 @@ static void count_call(dgc_nccl_call *k) {
     s->wire_bytes += wire;
     s->last_wire_bytes = wire;
     s->nonfinite = dgc_gpu_state_nonfinite(k->b->gpu); /* as far as the device has got: no wait */
+    s->last_k = k->plan.p.k;
+    s->last_dense = dense(k);
+    dgc_stats_file_tick();
 }
 
 static void finish(dgc_nccl_call *k, const dgc_config *cfg) {
@@ -553,7 +569,8 @@ static void finish(dgc_nccl_call *k, const dgc_config *cfg) {
     case DGC_NCCL_PASS:
         dgc_registry_tally_add(DGC_TALLY_NCCL_PASSED);
         if (k->forward == DGC_NCCL_FORWARD_DENSE) dgc_registry_count_over_budget();
-        else if (cfg->stats) dgc_registry_count_passthrough();
+        else if (dgc_config_counts(cfg))
+            dgc_registry_count_passthrough((uint64_t)k->count * dgc_nccl_type_size(k->dtype));
         break;
     case DGC_NCCL_STATE:
         failed = (dense(k) ? dgc_gpu_decode_dense : dgc_gpu_decode)(k->b->gpu, k->recv, k->gpu_dtype, &k->plan.p,

@@ -27,6 +27,7 @@
 #include "core/log.h"
 #include "internal.h"
 #include "core/report.h"
+#include "core/stats_file.h"
 
 typedef struct {
     uintptr_t self;    /* an address inside the shim */
@@ -163,6 +164,7 @@ static void warn_unreached(void) {
 }
 
 static void at_exit(void) {
+    dgc_stats_file_final(); /* a process that never finalised MPI */
     uint64_t seen = dgc_registry_tally(DGC_TALLY_NCCL_CALLS);
     if (!seen) {
         warn_unreached();

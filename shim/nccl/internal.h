@@ -308,6 +308,8 @@ struct dgc_nccl_call {
 
 /* dtype as the engine's type; -1 when it is not one it compresses. */
 int dgc_nccl_gpu_dtype(ncclDataType_t dtype, dgc_gpu_dtype *out);
+/* Bytes per element of any NCCL type (0: unknown), for the statistics. */
+size_t dgc_nccl_type_size(ncclDataType_t dtype);
 
 /* Runs n calls (collective-consistent: every rank runs the same list), in
  * rounds: round r holds the r-th call of each communicator (a group may

@@ -87,6 +87,9 @@ static void assert_config_eq(const dgc_config *got, const dgc_config *want, cons
     cr_assert_eq(got->max_state_mb, want->max_state_mb, "%s: max_state_mb", ctx);
     cr_assert_eq(got->transport, want->transport, "%s: transport", ctx);
     cr_assert_eq(got->value_bits, want->value_bits, "%s: value_bits", ctx);
+    cr_assert_eq(got->stats_every, want->stats_every, "%s: stats_every", ctx);
+    cr_assert_str_eq(got->stats_file, want->stats_file, "%s: stats_file", ctx);
+    cr_assert_str_eq(got->nccl_library, want->nccl_library, "%s: nccl_library", ctx);
 }
 
 static const char *const all_names[] = {
@@ -94,15 +97,18 @@ static const char *const all_names[] = {
     "DGC_NESTEROV",  "DGC_MOMENTUM_MASKING", "DGC_CLIP_NORM",    "DGC_MIN_ELEMENTS",
     "DGC_MIN_RANKS", "DGC_SAMPLE_RATIO",     "DGC_LOG_LEVEL",    "DGC_STATS",
     "DGC_COMPENSATE", "DGC_STATE_IDLE_CALLS", "DGC_MAX_STATE_MB", "DGC_TRANSPORT", "DGC_VALUE_BITS",
+    "DGC_STATS_FILE", "DGC_STATS_EVERY", "DGC_NCCL_LIBRARY",
 };
 #define NNAMES (sizeof all_names / sizeof all_names[0])
+/* The variables that take a number or a name; the last ones take any path. */
+#define NVALUED (NNAMES - 3)
 
 /* ---- the table ----------------------------------------------------------- */
 
 Test(config_table, names_in_enum_order_and_defaults_as_specified) {
     cr_assert_eq(DGC_OPT_COUNT, (int)NNAMES, "the design lists %zu variables", NNAMES);
     static const char *const defaults[] = {"1", "0.999", "0", "0", "0", "1", "0", "16384", "2", "0.01", "warn", "0", "1",
-                                           "1000", "0", "auto", "16"};
+                                           "1000", "0", "auto", "16", "", "0", ""};
     for (int i = 0; i < DGC_OPT_COUNT; i++) {
         cr_assert_str_eq(dgc_option_name((dgc_option)i), all_names[i]);
         cr_assert_str_eq(dgc_option_default((dgc_option)i), defaults[i], "%s default", all_names[i]);
@@ -292,19 +298,19 @@ static void expect_rejected(const char *name, const char *value, const char *ran
 
 Test(config_parse, malformed_text_rejected_for_every_variable) {
     static const char *const bad[] = {"abc", "", " ", "1x", "0.5.5", "--1", "1 2"};
-    for (size_t i = 0; i < NNAMES; i++)
+    for (size_t i = 0; i < NVALUED; i++)
         for (size_t j = 0; j < sizeof bad / sizeof bad[0]; j++) expect_rejected(all_names[i], bad[j], NULL);
 }
 
 Test(config_parse, nan_and_infinity_rejected_for_every_variable) {
     static const char *const bad[] = {"nan", "NaN", "-nan", "inf", "-inf", "infinity"};
-    for (size_t i = 0; i < NNAMES; i++)
+    for (size_t i = 0; i < NVALUED; i++)
         for (size_t j = 0; j < sizeof bad / sizeof bad[0]; j++) expect_rejected(all_names[i], bad[j], NULL);
 }
 
 Test(config_parse, negative_values_rejected_for_every_variable) {
     static const char *const bad[] = {"-1", "-0.5", "-16384"};
-    for (size_t i = 0; i < NNAMES; i++)
+    for (size_t i = 0; i < NVALUED; i++)
         for (size_t j = 0; j < sizeof bad / sizeof bad[0]; j++) expect_rejected(all_names[i], bad[j], NULL);
 }
 
@@ -620,9 +626,10 @@ Test(config_docs, every_option_has_a_row_with_its_default_and_range) {
             char quoted[64];
             snprintf(quoted, sizeof quoted, "`%s`", dgc_option_name((dgc_option)i));
             if (strcmp(name, quoted) != 0) continue;
-            cr_expect(contains_token(def, dgc_option_default((dgc_option)i)),
-                      "docs/configuration.md gives `%s` the default %s; the option table says %s",
-                      dgc_option_name((dgc_option)i), def, dgc_option_default((dgc_option)i));
+            const char *want = dgc_option_default((dgc_option)i);
+            if (!want[0]) want = "unset"; /* a path's empty default */
+            cr_expect(contains_token(def, want), "docs/configuration.md gives `%s` the default %s; the option table says %s",
+                      dgc_option_name((dgc_option)i), def, want);
             cr_expect_str_eq(range, dgc_option_range((dgc_option)i),
                              "docs/configuration.md gives `%s` the range %s; the option table says %s",
                              dgc_option_name((dgc_option)i), range, dgc_option_range((dgc_option)i));
@@ -632,6 +639,30 @@ Test(config_docs, every_option_has_a_row_with_its_default_and_range) {
     fclose(f);
     for (int i = 0; i < DGC_OPT_COUNT; i++)
         cr_expect(found[i], "docs/configuration.md has no table row for `%s`", dgc_option_name((dgc_option)i));
+}
+
+/* Every variable has its line of meaning for `dgcshim config`. */
+Test(config_table, every_option_has_a_summary) {
+    for (int i = 0; i < DGC_OPT_COUNT; i++) {
+        const char *s = dgc_option_summary((dgc_option)i);
+        cr_expect(s && strlen(s) > 10, "%s has no summary line", dgc_option_name((dgc_option)i));
+    }
+}
+
+/* A path is taken as given up to DGC_TEXT_MAX - 1 bytes, refused past it, and
+ * its error says so with the variable's name. */
+Test(config_parse, text_options_keep_a_path_and_refuse_a_longer_one) {
+    dgc_config cfg;
+    char err[256];
+    cr_assert_eq(parse_one(&cfg, "DGC_STATS_FILE", "/tmp/run/stats", err, sizeof err), 0, "%s", err);
+    cr_expect_str_eq(cfg.stats_file, "/tmp/run/stats");
+    static char longer[DGC_TEXT_MAX + 1];
+    memset(longer, 'a', DGC_TEXT_MAX);
+    cr_assert_eq(parse_one(&cfg, "DGC_STATS_FILE", longer, err, sizeof err), -1);
+    cr_expect(strstr(err, "invalid DGC_STATS_FILE='aaa") && strstr(err, "(default unset)"), "%s", err);
+    cr_expect_str_eq(cfg.stats_file, "", "an error leaves the defaults");
+    longer[DGC_TEXT_MAX - 1] = '\0';
+    cr_expect_eq(parse_one(&cfg, "DGC_STATS_FILE", longer, err, sizeof err), 0, "1023 bytes fit");
 }
 
 /* ---- the launcher's rank (NCCL-only processes) -------------------------- */
