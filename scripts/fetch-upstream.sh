@@ -10,7 +10,7 @@
 #     horovod-examples  horovod/horovod at v0.28.1, 1d217b59 (Apache-2.0):
 #                       examples/pytorch/pytorch_mnist.py,
 #                       examples/tensorflow2/tensorflow2_keras_synthetic_benchmark.py, LICENSE
-#                       (scripts/horovod_side_by_side.sh, ld_preload_examples/horovod_groups1.py)
+#                       (scripts/horovod_side_by_side.sh, python/dgcshim/horovod_groups1.py)
 #     --from DIR        a clone of that repository (a git repository with the pinned
 #                       commit, or a plain copy of its files) instead of GitHub, for
 #                       machines without access to it

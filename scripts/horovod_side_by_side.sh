@@ -26,7 +26,7 @@
 # MNIST from .data/fashion-as-mnist/MNIST/raw/ (no download), its defaults
 # (batch 64, lr 0.01 x ranks, momentum 0.5) but the epochs:
 #   mnist_dense         the shim loaded with DGC_ENABLE=0; Horovod's defaults
-#   mnist_dgc_groups1   run through ld_preload_examples/horovod_groups1.py
+#   mnist_dgc_groups1   run through python/dgcshim/horovod_groups1.py
 #                       (groups=1 bound in; the script itself unmodified)
 #   mnist_dgc_nofusion  HOROVOD_FUSION_THRESHOLD=0, DGC_MIN_ELEMENTS=128 (its
 #                       four weight tensors compressed, its biases of 10 to 50
@@ -84,7 +84,7 @@ for run in ${RUNS:-$all_runs}; do
     dgc_nofusion_big) cfg=("${dgc[@]}" -x HOROVOD_FUSION_THRESHOLD=0); extra=() ;;
     dgc_fused) cfg=("${dgc[@]}"); extra=() ;;
     mnist_dense) cfg=(-x DGC_ENABLE=0); extra=(); script=("${mnist[@]}") ;;
-    mnist_dgc_groups1) cfg=("${mdgc[@]}"); extra=(); script=(ld_preload_examples/horovod_groups1.py "${mnist[@]}") ;;
+    mnist_dgc_groups1) cfg=("${mdgc[@]}"); extra=(); script=(python/dgcshim/horovod_groups1.py "${mnist[@]}") ;;
     mnist_dgc_nofusion) cfg=("${mdgc[@]}" -x HOROVOD_FUSION_THRESHOLD=0 -x DGC_MIN_ELEMENTS=128); extra=()
                         script=("${mnist[@]}") ;;
     *) echo "horovod_side_by_side.sh: unknown run '$run'" >&2; exit 2 ;;

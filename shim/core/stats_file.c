@@ -43,10 +43,10 @@ static void put(line *l, const char *fmt, ...) {
 
 static void put_stats(line *l, const dgc_buffer_stats *s) {
     put(l, "\"calls\":%llu,\"nonfinite\":%llu,\"dense_bytes\":%llu,\"wire_bytes\":%llu,\"last_wire_bytes\":%llu,"
-           "\"ratio\":%.6g,\"last_ratio\":%.6g,\"engine_ms\":%.6g,\"dense_transport\":%llu",
+           "\"ratio\":%.6g,\"last_ratio\":%.6g,\"engine_seconds\":%.17g,\"dense_transport\":%llu",
         (unsigned long long)s->calls, (unsigned long long)s->nonfinite, (unsigned long long)s->dense_bytes,
         (unsigned long long)s->wire_bytes, (unsigned long long)s->last_wire_bytes, dgc_stats_ratio(s),
-        dgc_stats_last_ratio(s), s->engine_seconds * 1e3, (unsigned long long)s->dense_transport);
+        dgc_stats_last_ratio(s), s->engine_seconds, (unsigned long long)s->dense_transport);
 }
 
 typedef struct {

@@ -1,0 +1,47 @@
+"""Where the library and the option-table program are: inside the installed
+package (lib/, bin/), or where DGCSHIM_LIBRARY and DGCSHIM_OPTIONS point
+(a CMake build tree, for development)."""
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FAMILY_LIBRARY = {"openmpi": "libdgcshim.so", "mpich": "libdgcshim-mpich.so"}
+
+
+class NotFound(Exception):
+    pass
+
+
+def libraries():
+    """{family: path} of every library this installation has."""
+    env = os.environ.get("DGCSHIM_LIBRARY")
+    if env:
+        from . import elf
+        info = elf.build_info(env) or {}
+        return {info.get("mpi_family", "openmpi"): os.path.abspath(env)}
+    found = {}
+    for family, name in FAMILY_LIBRARY.items():
+        path = os.path.join(HERE, "lib", name)
+        if os.path.exists(path):
+            found[family] = path
+    return found
+
+
+def library(family=None):
+    libs = libraries()
+    if not libs:
+        raise NotFound("no libdgcshim.so in %s: install the package (pip install .) or set DGCSHIM_LIBRARY to "
+                       "a built build/libdgcshim.so" % os.path.join(HERE, "lib"))
+    if family is None:
+        family = "openmpi" if "openmpi" in libs else sorted(libs)[0]
+    if family not in libs:
+        raise NotFound("this installation has no library for %s (it has %s): build it where that MPI's "
+                       "development files are installed" % (family, ", ".join(sorted(libs))))
+    return libs[family]
+
+
+def options_program():
+    env = os.environ.get("DGCSHIM_OPTIONS")
+    path = env or os.path.join(HERE, "bin", "dgcshim-options")
+    if not os.path.exists(path):
+        raise NotFound("no dgcshim-options at %s: install the package (pip install .) or set DGCSHIM_OPTIONS" % path)
+    return path
