@@ -9,6 +9,8 @@
 #                            Criterion, zlib
 #   scripts/deps.sh train    also Fashion-MNIST (the C trainer's data)
 #   scripts/deps.sh torch    also PyTorch, mpi4py, numpy and matplotlib for /usr/bin/python3
+#   scripts/deps.sh python   what torch installs, and python3-venv: `pip install .` into a
+#                            venv made with --system-site-packages (scripts/test-python.sh)
 #   scripts/deps.sh horovod-torch
 #                            what torch installs, plus libtorch-dev, pybind11-dev,
 #                            torchvision, filelock (pytorch_mnist.py), and the venv .venv/horovod-torch (Debian's
@@ -39,10 +41,11 @@ case "${1:-}" in
   "") ;;
   train) pkgs+=(dataset-fashion-mnist) ;;
   torch) pkgs+=("${torch_pkgs[@]}") ;;
+  python) pkgs+=("${torch_pkgs[@]}" python3-venv) ;; # pip install . into a venv (scripts/test-python.sh)
   horovod-torch) pkgs+=("${torch_pkgs[@]}" "${hvd_pkgs[@]}" "${hvd_torch_pkgs[@]}"); venvs=(torch) ;;
   horovod-tf) pkgs+=("${hvd_pkgs[@]}"); venvs=(tf) ;;
   horovod) pkgs+=("${torch_pkgs[@]}" "${hvd_pkgs[@]}" "${hvd_torch_pkgs[@]}"); venvs=(torch tf) ;;
-  *) echo "deps.sh: unknown group '$1' (use train, torch, horovod, horovod-torch or horovod-tf)" >&2; exit 2 ;;
+  *) echo "deps.sh: unknown group '$1' (use train, torch, python, horovod, horovod-torch or horovod-tf)" >&2; exit 2 ;;
 esac
 missing=()
 for p in "${pkgs[@]}"; do

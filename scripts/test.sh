@@ -5,7 +5,10 @@
 # both builds; builds both again for MPICH (libdgcshim-mpich.so, the MPICH
 # family's ABI) and runs the MPI suite (mpi.*, shim.*, netns.*) under mpiexec.mpich,
 # then checks that both MPIs give the same bits (tests/mpi/same_bits.sh;
-# DGC_TEST_MPICH=0 leaves MPICH out, said by name); then the two libFuzzer
+# DGC_TEST_MPICH=0 leaves MPICH out, said by name); then the Python package
+# (scripts/test-python.sh: a venv, pip install ., the dgcshim command against
+# real mpirun jobs and a TensorFlow-only Horovod; DGC_TEST_PYTHON=0 leaves it
+# out); then the two libFuzzer
 # targets for FUZZ_SECONDS each (default
 # 30), then the emulated device tier (scripts/test-emulated.sh: the CUDA
 # engine's cases on the CPU through chipStar; DGC_EMULATED_ARGS are its
@@ -44,6 +47,12 @@ else
   run build-mpich-san -DCMAKE_BUILD_TYPE=Debug -DDGC_SANITIZE=ON "${mpich[@]}" -- -R '^(mpi|shim|netns)[.]'
   echo "== the same bits under Open MPI and MPICH =="
   tests/mpi/same_bits.sh build build-mpich
+fi
+echo "== the Python package: pip install . and the dgcshim command (tests/python) =="
+if [ "${DGC_TEST_PYTHON:-1}" = 0 ]; then
+  echo "SKIPPED the Python package's tests (tests/python/test_cli.py): DGC_TEST_PYTHON=0"
+else
+  scripts/test-python.sh
 fi
 echo "== fuzzing (libFuzzer, clang) =="
 scripts/fuzz.sh "${FUZZ_SECONDS:-30}"

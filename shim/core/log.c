@@ -11,7 +11,7 @@ static const char *const level_tags[] = {"ERROR", "WARN", "INFO", "DEBUG"};
 static void emit(const char *tag, const char *fmt, va_list ap) {
     char host[64] = "?";
     gethostname(host, sizeof host - 1);
-    char msg[1024];
+    char msg[4096]; /* the banner holds every variable, paths among them */
     vsnprintf(msg, sizeof msg, fmt, ap);
     char job[24] = "";
     if (dgc_config_job() > 0) snprintf(job, sizeof job, " job %d", dgc_config_job());

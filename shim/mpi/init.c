@@ -51,7 +51,7 @@ void dgc_mpi_setup(void) {
     }
     dgc_config_install(&cfg);
     if (rank == 0) {
-        char line[1024];
+        char line[4096]; /* two paths of up to DGC_TEXT_MAX among the values */
         dgc_config_describe(&cfg, line, sizeof line);
         DGC_INFO("dgcshim active (host engine: %s, built for %s): %s", dgc_stream_variant_name(), dgc_mpi_built_for(),
                  line);

@@ -63,7 +63,7 @@ static void version_text(int v, char *buf, size_t len) {
 
 void dgc_nccl_banner(const dgc_nccl_api *api) {
     if (!dgc_registry_claim(DGC_FLAG_NCCL_BANNER)) return;
-    char version[48], line[1024];
+    char version[48], line[4096]; /* two paths of up to DGC_TEXT_MAX among the values */
     version_text(api->version, version, sizeof version);
     dgc_config_describe(dgc_config_current(), line, sizeof line);
     DGC_INFO("dgcshim NCCL path active: real NCCL from %s (%s): %s", api->object, version, line);

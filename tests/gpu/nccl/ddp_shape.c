@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define STEPS 300
 #define NBUCKETS 3
@@ -178,7 +179,35 @@ static const test_case cases[] = {
     {"ddp_shape_over_budget", {DDP, "DGC_MAX_STATE_MB=2"}, -1},
     /* Rank 1 groups each step's calls, rank 0 does not. */
     {"ddp_shape_mixed_groups", {DDP}, 1},
+    /* DGC_STATS_FILE, written from both paths' calls (print_stats_file). */
+    {"ddp_shape_stats_file", {DDP, "DGC_STATS_EVERY=100"}, -1},
 };
+
+/* Each rank's DGC_STATS_FILE after MPI_Finalize: how many lines of each
+ * event, and the exit line's compressed_calls, for the case's --grep. */
+static void print_stats_file(const char *stem) {
+    char path[512], line[65536];
+    snprintf(path, sizeof path, "%s.%d", stem, rank);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        printf("stats file rank %d: %s missing\n", rank, path);
+        return;
+    }
+    int every = 0, exits = 0;
+    long long calls = -1;
+    while (fgets(line, sizeof line, f)) {
+        every += strstr(line, "\"event\":\"every\"") != NULL;
+        if (strstr(line, "\"event\":\"exit\"")) {
+            exits++;
+            const char *c = strstr(line, "\"compressed_calls\":");
+            if (c) calls = atoll(c + strlen("\"compressed_calls\":"));
+        }
+    }
+    fclose(f);
+    remove(path);
+    printf("stats file rank %d: every %d exit %d compressed_calls %lld\n", rank, every, exits, calls);
+    fflush(stdout);
+}
 
 int main(int argc, char **argv) {
     const test_case *tc = NULL;
@@ -186,7 +215,7 @@ int main(int argc, char **argv) {
         if (strcmp(argv[1], cases[i].name) == 0) tc = &cases[i];
     if (!tc) {
         fprintf(stderr, "usage: ddp_shape CASE (ddp_shape, ddp_shape_fp32, ddp_shape_over_budget, "
-                        "ddp_shape_mixed_groups)\n");
+                        "ddp_shape_mixed_groups, ddp_shape_stats_file)\n");
         return 2;
     }
     case_name = tc->name;
@@ -194,6 +223,11 @@ int main(int argc, char **argv) {
     /* Before MPI_Init: the shim reads its settings there (the MPI path) and
      * at the first NCCL call (the NCCL path). */
     for (int i = 0; i < 8 && tc->env[i]; i++) putenv((char *)tc->env[i]);
+    /* Both ranks' parent is the same launcher: one stem for the case's ranks. */
+    static char stats_env[128];
+    snprintf(stats_env, sizeof stats_env, "DGC_STATS_FILE=/tmp/dgc-ddp-shape-%ld", (long)getppid());
+    int stats_file = strcmp(tc->name, "ddp_shape_stats_file") == 0;
+    if (stats_file) putenv(stats_env);
     if (MPI_Init(&argc, &argv) != MPI_SUCCESS) return 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
@@ -203,5 +237,6 @@ int main(int argc, char **argv) {
     printf("PASS gpu.nccl.%s rank %d of %d\n", tc->name, rank, nranks);
     fflush(stdout);
     MPI_Finalize();
+    if (stats_file) print_stats_file(stats_env + strlen("DGC_STATS_FILE="));
     return 0;
 }

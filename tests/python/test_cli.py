@@ -1,0 +1,271 @@
+"""The `dgcshim` command as a user meets it, after `pip install .` into a
+venv (scripts/test-python.sh makes it and names it in DGC_TEST_VENV; the
+CMake build the LD_PRELOAD form comes from is DGC_TEST_BUILD). Real mpirun,
+real Fashion-MNIST, real Horovod: nothing is faked."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+VENV = os.environ.get("DGC_TEST_VENV")
+BUILD = os.environ.get("DGC_TEST_BUILD", os.path.join(ROOT, "build"))
+DGCSHIM = os.path.join(VENV, "bin", "dgcshim") if VENV else None
+TRAINER = os.path.join(BUILD, "ld_preload_examples", "mlp_trainer")
+HOROVOD_TF = os.path.join(ROOT, ".venv", "horovod-tf", "bin", "python")
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader"]
+# 2 epochs of 1/4 of Fashion-MNIST: 4 ranks, 117 steps an epoch, the warm-up of the issue's command in steps
+TRAIN = ["--epochs", "2", "--train-limit", "15000"]
+
+
+def sh(cmd, env=None, timeout=600, check=True):
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    if check and r.returncode != 0:
+        raise AssertionError("%s exited %d\nstdout:\n%s\nstderr:\n%s" % (" ".join(cmd), r.returncode,
+                                                                        r.stdout[-4000:], r.stderr[-4000:]))
+    return r
+
+
+def clean_env(**extra):
+    """This environment without the shim's variables, plus extra."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DGC_") and k not in ("LD_PRELOAD",)}
+    env.update(extra)
+    return env
+
+
+def stats_lines(text):
+    """The STATS lines of rank 0's exit report, without the log prefix."""
+    return [line.split(" dgcshim STATS ", 1)[1] for line in text.splitlines() if " dgcshim STATS " in line]
+
+
+def final_line(text):
+    line = [l for l in text.splitlines() if l.startswith("final ")][-1]
+    return re.sub(r" (wall_s|comm_s|compute_s) \S+", "", line)  # timings differ from run to run
+
+
+@unittest.skipUnless(VENV, "DGC_TEST_VENV unset: run through scripts/test-python.sh")
+class Run(unittest.TestCase):
+    def test_same_bits_as_the_ld_preload_form(self):
+        """dgcshim run --sparsity 0.999 --warmup-steps 468 --momentum 0.9 -- mpirun -np 4 mlp_trainer gives
+        the accuracy and bytes of the demo's LD_PRELOAD form, bit for bit."""
+        by_hand = sh(MPIRUN + ["-x", "LD_PRELOAD=" + os.path.join(BUILD, "libdgcshim.so"), "-x", "DGC_SPARSITY=0.999",
+                               "-x", "DGC_WARMUP_STEPS=468", "-x", "DGC_MOMENTUM=0.9", "-x", "DGC_STATS=1",
+                               "-np", "4", TRAINER] + TRAIN, env=clean_env())
+        by_tool = sh([DGCSHIM, "run", "--sparsity", "0.999", "--warmup-steps", "468", "--momentum", "0.9", "--stats",
+                      "--"] + MPIRUN + ["-np", "4", TRAINER] + TRAIN, env=clean_env())
+        self.assertIn("weights_identical 1", by_tool.stdout)
+        self.assertEqual(final_line(by_tool.stdout), final_line(by_hand.stdout))
+        hand, tool = stats_lines(by_hand.stderr), stats_lines(by_tool.stderr)
+        self.assertTrue(hand and re.search(r"\b669706\s+234\b", hand[1]), hand)
+        # engine_ms is a timing: the bytes, calls and ratios must be equal
+        strip = lambda rows: [re.sub(r"^0x[0-9a-f]+", "BUF", re.sub(r" +\d+\.\d{3} +(s\d+/d\d+)$", r" \1", r))
+                              for r in rows]  # addresses (ASLR) and engine_ms (a timing) differ
+        self.assertEqual(strip(tool), strip(hand))
+
+    def test_mpmd_line_has_the_shim_on_every_rank(self):
+        """An MPMD line (a : b) under dgcshim run: every rank of both app contexts writes its statistics."""
+        with tempfile.TemporaryDirectory() as d:
+            stem = os.path.join(d, "stats")
+            r = sh([DGCSHIM, "run", "--stats", "--stats-file", stem, "--"] + MPIRUN +
+                   ["-np", "2", TRAINER, "--epochs", "1", "--train-limit", "4000", ":",
+                    "-np", "2", TRAINER, "--epochs", "1", "--train-limit", "4000"], env=clean_env())
+            steps = int(re.search(r"\bsteps (\d+)", final_line(r.stdout)).group(1))
+            self.assertEqual(sorted(os.listdir(d)), ["stats.%d" % i for i in range(4)])
+            for i in range(4):
+                with open("%s.%d" % (stem, i)) as f:
+                    last = json.loads(f.read().splitlines()[-1])
+                self.assertEqual((last["rank"], last["event"]), (i, "exit"))
+                self.assertEqual([b["calls"] for b in last["buffers"]], [steps], "rank %d" % i)
+            report = [l for l in stats_lines(r.stderr) if l.startswith("pass-through")]
+            self.assertIn("compressed calls %d," % steps, report[0])
+
+    def test_bad_value_refused_before_the_launcher_starts(self):
+        with tempfile.TemporaryDirectory() as d:
+            marker = os.path.join(d, "started")
+            for flags, env, name in ((["--sparsity", "1.5"], {}, "DGC_SPARSITY"),
+                                     (["--warmup-steps", "-3"], {}, "DGC_WARMUP_STEPS"),
+                                     ([], {"DGC_TRANSPORT": "carrier-pigeon"}, "DGC_TRANSPORT")):
+                r = sh([DGCSHIM, "run"] + flags + ["--", "sh", "-c", "touch " + marker],
+                       env=clean_env(**env), check=False)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn("invalid %s=" % name, r.stderr)
+                self.assertIn("accepted", r.stderr)
+                self.assertFalse(os.path.exists(marker), "the command ran despite %s" % name)
+
+    def test_exit_status_and_preload_order(self):
+        """COMMAND's exit status comes back; the shim goes in front of an LD_PRELOAD already set."""
+        r = sh([DGCSHIM, "run", "--", "sh", "-c", 'echo "$LD_PRELOAD"; exit 7'],
+               env=clean_env(LD_PRELOAD="libother.so"), check=False)
+        self.assertEqual(r.returncode, 7)
+        first, second = r.stdout.strip().split(":")
+        self.assertTrue(first.endswith("/dgcshim/lib/libdgcshim.so") and second == "libother.so", r.stdout)
+
+    def test_verbose_names_the_way(self):
+        r = sh([DGCSHIM, "run", "-v", "--sparsity", "0.99", "--"] + MPIRUN + ["-np", "1", "true", ":", "-np", "1",
+                                                                             "true"], env=clean_env())
+        self.assertIn("Open MPI", r.stderr)
+        self.assertIn("-x in each of 2 app context(s)", r.stderr)
+        r = sh([DGCSHIM, "run", "-v", "--", "true"], env=clean_env())
+        self.assertIn("by the environment", r.stderr)
+
+    @unittest.skipUnless(shutil.which("mpiexec.mpich") and os.path.exists(TRAINER.replace(BUILD, BUILD + "-mpich")),
+                         "no mpiexec.mpich or no build-mpich (DGC_TEST_MPICH=0)")
+    def test_hydra_gets_genv_and_the_mpich_library(self):
+        """Under MPICH's hydra the package's libdgcshim-mpich.so goes by -genv, and reaches both ranks."""
+        with tempfile.TemporaryDirectory() as d:
+            stem = os.path.join(d, "s")
+            r = sh([DGCSHIM, "run", "-v", "--stats-file", stem, "--", "mpiexec.mpich", "-n", "2",
+                    TRAINER.replace(BUILD, BUILD + "-mpich"), "--epochs", "1", "--train-limit", "2000"],
+                   env=clean_env())
+            self.assertIn("-genv LD_PRELOAD", r.stderr)
+            self.assertIn("libdgcshim-mpich.so", r.stderr)
+            for i in range(2):
+                with open("%s.%d" % (stem, i)) as f:
+                    last = json.loads(f.read().splitlines()[-1])
+                self.assertGreater(last["buffers"][0]["calls"], 0, "rank %d" % i)
+
+
+@unittest.skipUnless(VENV, "DGC_TEST_VENV unset: run through scripts/test-python.sh")
+class Doctor(unittest.TestCase):
+    def test_this_machine(self):
+        r = sh([DGCSHIM, "doctor", "--json"], env=clean_env())
+        checks = json.loads(r.stdout)["checks"]
+        by = {}
+        for c in checks:
+            by.setdefault(c["check"], []).append(c)
+        self.assertTrue(all(c["status"] == "OK" for c in by["library"]), by["library"])
+        self.assertEqual([c["status"] for c in by["MPI family"]], ["OK"])
+        self.assertTrue(by["MPI library"] and all(c["status"] == "OK" for c in by["MPI library"]))
+        torch = by["PyTorch"][0]  # Debian's: CPU only
+        self.assertEqual(torch["status"], "NO")
+        self.assertIn("no NCCL", torch["message"])
+        self.assertIsNone(torch["facts"]["cuda"])
+        self.assertEqual(by["GPU"][0]["status"], "NO")
+        self.assertIn("no GPU", by["GPU"][0]["message"])
+        self.assertIn(by["host engine"][0]["facts"]["variant"], ("avx512", "avx2", "generic"))
+
+    def test_for_paths(self):
+        self.assertEqual(sh([DGCSHIM, "doctor", "--for", "mpi"], env=clean_env(), check=False).returncode, 0)
+        r = sh([DGCSHIM, "doctor", "--for", "ddp"], env=clean_env(), check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("ddp: cannot work here", r.stdout)
+
+    @unittest.skipIf(os.environ.get("DGC_TEST_HOROVOD") == "0" or not os.path.exists(HOROVOD_TF),
+                     "no .venv/horovod-tf (DGC_TEST_HOROVOD=0, or scripts/deps.sh horovod-tf not run)")
+    def test_horovod_tensorflow(self):
+        r = sh([DGCSHIM, "doctor", "--json", "--for", "horovod", "--python", HOROVOD_TF], env=clean_env())
+        checks = json.loads(r.stdout)["checks"]
+        hvd = [c for c in checks if c["check"] == "Horovod"]
+        self.assertEqual([c["facts"]["framework"] for c in hvd], ["horovod.tensorflow"])
+        self.assertTrue(hvd[0]["facts"]["mpi"])
+        self.assertEqual([c["status"] for c in checks if c["check"] == "TensorFlow"], ["OK"])
+
+
+@unittest.skipUnless(VENV, "DGC_TEST_VENV unset: run through scripts/test-python.sh")
+class Config(unittest.TestCase):
+    def test_lists_exactly_the_library_variables(self):
+        """The names, defaults and ranges of the option table in shim/core/config.c, read here from the source."""
+        src = open(os.path.join(ROOT, "shim", "core", "config.c")).read()
+        rows = re.findall(r'\[DGC_OPT_\w+\] = \{\s*"(DGC_\w+)",\s*KIND_\w+,\s*"([^"]*)",[^"]*"([^"]*)"', src)
+        self.assertGreater(len(rows), 15)
+        out = json.loads(sh([DGCSHIM, "config", "--json"], env=clean_env()).stdout)
+        got = [(v["name"], v["default"], v["range"]) for v in out["variables"]]
+        self.assertEqual(got, rows)
+        self.assertTrue(all(v["summary"] for v in out["variables"]))
+
+    def test_values_here(self):
+        out = json.loads(sh([DGCSHIM, "config", "--json"], env=clean_env(DGC_SPARSITY="0.99")).stdout)
+        v = {x["name"]: x["value"] for x in out["variables"]}
+        self.assertEqual((v["DGC_SPARSITY"], v["DGC_MOMENTUM"]), ("0.99", None))
+        r = sh([DGCSHIM, "config"], env=clean_env(DGC_SPARSITY="7"), check=False)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("invalid DGC_SPARSITY='7'", r.stderr)
+
+
+@unittest.skipUnless(VENV, "DGC_TEST_VENV unset: run through scripts/test-python.sh")
+class Report(unittest.TestCase):
+    def test_reproduces_the_exit_report_and_plots(self):
+        with tempfile.TemporaryDirectory() as d:
+            stem = os.path.join(d, "s")
+            r = sh([DGCSHIM, "run", "--stats", "--stats-file", stem, "--stats-every", "10", "--warmup-steps", "60",
+                    "--momentum", "0.9", "--"] + MPIRUN + ["-np", "4", TRAINER, "--epochs", "1", "--train-limit",
+                                                          "12000"], env=clean_env())
+            want = stats_lines(r.stderr)
+            out = sh([DGCSHIM, "report", stem + ".0", "--plot", os.path.join(d, "p.png")]).stdout.splitlines()
+            self.assertTrue(out[0].startswith("== %s.0: rank 0, exit line" % stem), out[0])
+            self.assertEqual(out[1:1 + len(want)], want)
+            with open(stem + ".0") as f:
+                lines = f.read().splitlines()
+            self.assertGreaterEqual(len(lines), 9)  # 93 calls: every 10, and the exit line
+            png = os.path.join(d, "p.png")
+            self.assertGreater(os.path.getsize(png), 10000)
+            import matplotlib.pyplot as plt
+            img = plt.imread(png)
+            self.assertEqual(img.shape[:2], (700, 800))
+            self.assertGreater(img.std(), 0.05)  # not a blank canvas
+
+    def test_all_ranks_in_one_call(self):
+        with tempfile.TemporaryDirectory() as d:
+            stem = os.path.join(d, "s")
+            sh([DGCSHIM, "run", "--stats-file", stem, "--"] + MPIRUN + ["-np", "2", TRAINER, "--epochs", "1",
+                                                                        "--train-limit", "3000"], env=clean_env())
+            out = sh([DGCSHIM, "report", stem + ".0", stem + ".1"]).stdout
+            self.assertEqual(len(re.findall(r"^== .*: rank [01], exit line", out, re.M)), 2, out)
+
+
+@unittest.skipUnless(VENV, "DGC_TEST_VENV unset: run through scripts/test-python.sh")
+class HorovodGroups1(unittest.TestCase):
+    @unittest.skipIf(os.environ.get("DGC_TEST_HOROVOD") == "0" or not os.path.exists(HOROVOD_TF),
+                     "no .venv/horovod-tf (DGC_TEST_HOROVOD=0, or scripts/deps.sh horovod-tf not run)")
+    def test_tensorflow_only_horovod(self):
+        """--horovod-groups1 in a TensorFlow-only Horovod: groups=1 bound, two Keras steps, one buffer compressed."""
+        r = sh([DGCSHIM, "run", "--horovod-groups1", "--stats", "--"] + MPIRUN +
+               ["-np", "2", HOROVOD_TF, os.path.join(ROOT, "tests", "python", "keras_two_steps.py")],
+               env=clean_env())
+        said = re.findall(r"keras_two_steps rank (\d) groups1 (\d) params (\d+)", r.stdout)
+        self.assertEqual(sorted(s[:2] for s in said), [("0", "1"), ("1", "1")], r.stdout)
+        rows = [l for l in stats_lines(r.stderr) if l.startswith("0x")]
+        self.assertEqual(len(rows), 1, rows)  # all gradients in one fused buffer
+        count, calls = rows[0].split()[1:3]
+        self.assertEqual((count, calls), (said[0][2], "2"))
+
+    def test_refuses_a_command_without_python(self):
+        r = sh([DGCSHIM, "run", "--horovod-groups1", "--", "true"], check=False)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("no Python interpreter", r.stderr)
+
+
+class Launch(unittest.TestCase):
+    """The rewriting of commands, without running them (the package's own module)."""
+    @classmethod
+    def setUpClass(cls):
+        sys.path.insert(0, os.path.join(ROOT, "python"))
+        from dgcshim import launch
+        cls.launch = launch
+
+    def test_open_mpi_exports_in_every_app_context(self):
+        got = self.launch.with_exports(["mpirun", "-np", "1", "a", ":", "-np", "2", "b", "x"], "openmpi",
+                                       [("LD_PRELOAD", "/l.so"), ("DGC_STATS", "1")])
+        self.assertEqual(got, ["mpirun", "-x", "LD_PRELOAD=/l.so", "-x", "DGC_STATS=1", "-np", "1", "a", ":",
+                               "-x", "LD_PRELOAD=/l.so", "-x", "DGC_STATS=1", "-np", "2", "b", "x"])
+
+    def test_hydra_genv(self):
+        got = self.launch.with_exports(["mpiexec.mpich", "-n", "2", "a"], "hydra", [("DGC_STATS", "1")])
+        self.assertEqual(got, ["mpiexec.mpich", "-genv", "DGC_STATS", "1", "-n", "2", "a"])
+
+    def test_groups1_wraps_each_python(self):
+        g = self.launch.GROUPS1
+        got = self.launch.with_groups1(["mpirun", "-np", "1", "/v/bin/python3", "-u", "-W", "ignore", "t.py", ":",
+                                        "-np", "1", "python", "-m", "mod"])
+        self.assertEqual(got, ["mpirun", "-np", "1", "/v/bin/python3", "-u", "-W", "ignore", g, "t.py", ":",
+                               "-np", "1", "python", g, "-m", "mod"])
+        with self.assertRaises(self.launch.Refused):
+            self.launch.with_groups1(["python3", "-c", "print(1)"])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
