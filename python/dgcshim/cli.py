@@ -20,8 +20,8 @@ def err(msg):
 def add_setting_flags(p, table):
     g = p.add_argument_group("settings (each sets its DGC_* variable; `dgcshim config` lists them)")
     for o in table:
-        kw = {"metavar": "V", "dest": o["name"], "help": "%s: %s (default %s; %s)" % (
-            o["name"], o["summary"], o["default"] or "unset", o["range"])}
+        text = "%s: %s (default %s; %s)" % (o["name"], o["summary"], o["default"] or "unset", o["range"])
+        kw = {"metavar": "V", "dest": o["name"], "help": text.replace("%", "%%")}  # argparse formats help with %
         if o["range"] == "0 or 1":
             kw.update(nargs="?", const="1", metavar="0|1")
         g.add_argument(options.flag_of(o["name"]), **kw)
@@ -44,17 +44,14 @@ def cmd_run(argv):
                    help="the MPI family of the library to preload when the launcher does not say (default: the "
                    "launcher's; else Open MPI's where installed)")
     p.add_argument("--verbose", "-v", action="store_true", help="say how the settings reach the ranks")
-    if "--" in argv:
-        at = argv.index("--")
-        mine, command = argv[:at], argv[at + 1:]
-    else:  # no "--": everything from the first word that is not a flag of ours
-        mine, command = argv, []
-    args, rest = p.parse_known_args(mine)
-    command = rest + command
-    if rest and rest[0].startswith("-"):
-        p.error("unknown option %s (put COMMAND after --)" % rest[0])
+    if "--" not in argv:
+        _, rest = p.parse_known_args(argv)  # --help, or an error for a bad value, first
+        p.error("COMMAND goes after --: dgcshim run [SETTINGS] -- COMMAND ...%s" % (
+            " (not after --: %s)" % " ".join(rest) if rest else ""))
+    at = argv.index("--")
+    args, command = p.parse_args(argv[:at]), argv[at + 1:]
     if not command:
-        p.error("no COMMAND: dgcshim run [SETTINGS] -- COMMAND ...")
+        p.error("no COMMAND after --")
 
     env = dict(os.environ)
     for o in table:

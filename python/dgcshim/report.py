@@ -7,7 +7,6 @@ figure for figure: the same columns, widths and rounding."""
 import argparse
 import json
 import os
-import sys
 
 # The report's words for each cause of a failed call (core/registry.c).
 CAUSES = (("memory", "for memory"), ("misalignment", "for misalignment"), ("engine", "for the engine"),

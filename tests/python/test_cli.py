@@ -104,6 +104,16 @@ class Run(unittest.TestCase):
         first, second = r.stdout.strip().split(":")
         self.assertTrue(first.endswith("/dgcshim/lib/libdgcshim.so") and second == "libother.so", r.stdout)
 
+    def test_help(self):
+        """Each subcommand's --help prints and exits 0; run's lists a flag for every variable."""
+        for sub in ("run", "doctor", "config", "report"):
+            r = sh([DGCSHIM, sub, "--help"], env=clean_env())
+            self.assertIn("usage:", r.stdout)
+        out = sh([DGCSHIM, "run", "--help"], env=clean_env()).stdout
+        for flag in ("--sparsity", "--warmup-steps", "--momentum", "--stats-file", "--stats-every", "--nccl-library"):
+            self.assertIn(flag, out)
+        self.assertEqual(sh([DGCSHIM], env=clean_env(), check=False).returncode, 2)
+
     def test_verbose_names_the_way(self):
         r = sh([DGCSHIM, "run", "-v", "--sparsity", "0.99", "--"] + MPIRUN + ["-np", "1", "true", ":", "-np", "1",
                                                                              "true"], env=clean_env())
