@@ -49,7 +49,8 @@ typedef struct dgc_config {
 typedef enum {
     DGC_TRANSPORT_AUTO = 0,   /* per call, whichever moves fewer bytes */
     DGC_TRANSPORT_SPARSE = 1, /* all-gather of the fixed-size payloads */
-    DGC_TRANSPORT_DENSE = 2   /* pairs scattered into a dense vector, summed densely */
+    DGC_TRANSPORT_DENSE = 2,  /* pairs scattered into a dense vector, summed densely */
+    DGC_TRANSPORT_REDUCE = 3  /* MPI path: pairs to the owners of index regions, who sum and select (opt-in) */
 } dgc_transport;
 
 /* Options in table order; DGC_OPT_COUNT is the number of variables. */

@@ -119,6 +119,13 @@ int dgc_last_saturated(const dgc_state *s);
 void dgc_commit(dgc_state *s, const dgc_step_params *p);
 void dgc_discard(dgc_state *s);
 
+/* dgc_commit for the selected pairs j (in the payload's order, j <
+ * dgc_last_selected) whose keep[j] is non-zero; the others stay in the
+ * residual as the update left them (the whole accumulated value, momentum
+ * unmasked), as if never selected: the reduce transport's pairs that did
+ * not fit their region's room or that their owner did not select. */
+void dgc_commit_only(dgc_state *s, const dgc_step_params *p, const unsigned char *keep);
+
 #ifdef __cplusplus
 }
 #endif

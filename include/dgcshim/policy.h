@@ -49,13 +49,17 @@ uint32_t dgc_policy_value_limit_bits(unsigned type, int nranks, double compensat
  *           call sends), after an all-gather of the 32-byte headers. */
 typedef struct {
     uint64_t sparse, dense, payload;
+    uint64_t reduce; /* DGC_TRANSPORT_REDUCE's (dgc_region_plan.bytes) */
 } dgc_transport_bytes;
 
 void dgc_transport_bytes_for(uint64_t n, unsigned elem_bytes, uint64_t k, unsigned value_bits, int nranks,
                              dgc_transport_bytes *out);
 
-/* The transport of a call (DGC_TRANSPORT_SPARSE or _DENSE): what
- * cfg->transport forces, else (auto) the sparse all-gather only when it
+/* The transport of a call (DGC_TRANSPORT_SPARSE, _DENSE or _REDUCE): what
+ * cfg->transport forces (_REDUCE only with 2 ranks or more, and only where
+ * it sends fewer bytes than _DENSE, which takes its place otherwise: the
+ * warm-up's densest stages; auto never chooses it), else (auto) the sparse
+ * all-gather only when it
  * sends fewer bytes than the dense transport (a tie goes dense, which needs
  * no gathered buffer). A function of (n, elem_bytes, k, nranks,
  * configuration) alone, so every rank decides alike. bytes, when not NULL,
@@ -63,12 +67,38 @@ void dgc_transport_bytes_for(uint64_t n, unsigned elem_bytes, uint64_t k, unsign
 dgc_transport dgc_policy_transport(const dgc_config *cfg, uint64_t n, unsigned elem_bytes, uint64_t k, int nranks,
                                    dgc_transport_bytes *bytes);
 
+/* DGC_TRANSPORT=reduce (the MPI path's shim/mpi/reduce.c): the index range
+ * is split into nranks regions, one owned by each rank; each rank sends each
+ * owner at most cap of its selected pairs in the owner's region (one
+ * all-to-all of compact payloads laid out as send: value_bits values), each
+ * owner sums what it received in rank order and selects keep of the sums
+ * (laid out as pick: 32-bit values, so the sums travel exactly), and one
+ * all-gather of the owners' selections gives every rank the output. Sizes
+ * from (n, k, nranks, value_bits) alone (invariant 1). bytes: what a rank
+ * sends in all, headers' round included. */
+typedef struct {
+    uint64_t cap, keep;
+    dgc_compact_layout send, pick;
+    uint64_t bytes;
+} dgc_region_plan;
+
+void dgc_policy_regions(uint64_t n, uint64_t k, unsigned value_bits, int nranks, dgc_region_plan *out);
+
+/* The regions' boundaries: bounds[0] = 0 <= bounds[1] <= ... <= bounds[nranks]
+ * = n, region r being [bounds[r], bounds[r+1]). Equal: bounds[r] = r n /
+ * nranks. Balanced: the m indices sel (sorted, the previous step's global
+ * selection, which every rank holds alike) cut into nranks equal shares, so
+ * that regions where the selection clusters are narrow; equal when m is 0. */
+void dgc_policy_bounds_equal(uint64_t n, int nranks, uint32_t *bounds);
+void dgc_policy_bounds_balanced(uint64_t n, int nranks, const uint32_t *sel, uint64_t m, uint32_t *bounds);
+
 /* One compressed call, as every rank does it: the step's parameters (k,
  * the rules' options, the clamp), the transport, the bytes a rank sends
  * either way and the compact payload's layout. */
 typedef struct {
     dgc_step_params p;
-    dgc_transport transport;   /* DGC_TRANSPORT_SPARSE or _DENSE */
+    dgc_transport transport;   /* DGC_TRANSPORT_SPARSE, _DENSE or _REDUCE (the NCCL path takes _REDUCE as
+                                * _SPARSE: every other field is then what _SPARSE's would be) */
     dgc_transport_bytes bytes; /* bytes.payload: one compact payload */
     dgc_compact_layout code;
 } dgc_plan;

@@ -20,6 +20,11 @@ extern "C" {
  * budget, DGC_MAX_STATE_MB): only the header is meaningful, and the call is
  * summed densely on every rank. */
 #define DGC_WIRE_DENSE 4u
+/* DGC_TRANSPORT=reduce: the sender holds the region boundaries balanced on
+ * the previous step's global selection, for this step. Every rank that
+ * completed that step computed the same ones from the same selection, so
+ * when every header says so they are used, else every rank splits evenly. */
+#define DGC_WIRE_BOUNDS 8u
 /* The flags above live in the low 8 bits. Bits 8 to 31 carry the age of the
  * sum S the sender keeps for momentum compensation (DGC_COMPENSATE): this
  * call's step minus the step S was summed at; 0 when it keeps none this call
@@ -68,6 +73,7 @@ typedef struct {
     int nonfinite;    /* ranks that flagged DGC_WIRE_NONFINITE */
     uint32_t age;     /* the age of the kept sum every rank reported, when all agree on one
                        * below DGC_WIRE_AGE_MAX; else 0: no rank subtracts its kept sum */
+    int bounds;       /* ranks that flagged DGC_WIRE_BOUNDS */
 } dgc_wire_summary;
 
 /* Checks the header of each of nranks payloads, which start stride bytes

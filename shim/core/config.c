@@ -34,7 +34,7 @@ typedef struct {
 #define OFF(field) offsetof(dgc_config, field)
 
 static const char *const level_names[] = {"error", "warn", "info", "debug", NULL};
-static const char *const transport_names[] = {"auto", "sparse", "dense", NULL}; /* dgc_transport order */
+static const char *const transport_names[] = {"auto", "sparse", "dense", "reduce", NULL}; /* dgc_transport order */
 static const double widths[] = {16, 32, 0};
 
 static const option_desc options[DGC_OPT_COUNT] = {
@@ -64,7 +64,7 @@ static const option_desc options[DGC_OPT_COUNT] = {
      * ranks with different budgets still decide every call alike. */
     [DGC_OPT_MAX_STATE_MB] = {"DGC_MAX_STATE_MB", KIND_UINT, "0", 0, 1e9, 0, 0,
                               "integer in [0, 10^9], 0 = no limit", 0, OFF(max_state_mb)},
-    [DGC_OPT_TRANSPORT] = {"DGC_TRANSPORT", KIND_CHOICE, "auto", 0, 2, 0, 0, "auto, sparse or dense", 1,
+    [DGC_OPT_TRANSPORT] = {"DGC_TRANSPORT", KIND_CHOICE, "auto", 0, 3, 0, 0, "auto, sparse, dense or reduce", 1,
                            OFF(transport), transport_names, NULL},
     /* 16: each payload's values as binary16 under one power-of-two scale
      * (wire_compact.h), 11 significant bits; 32: fp32. */

@@ -76,6 +76,37 @@ void dgc_transport_bytes_for(uint64_t n, unsigned elem_bytes, uint64_t k, unsign
     /* 2 (N-1) e n / N, rounded up: at most 2^20 ranks, 2^32 elements and 4
      * bytes each, so the product fits 64 bits. */
     out->dense = (2 * others * elem_bytes * n + (uint64_t)nranks - 1) / (uint64_t)nranks + others * header;
+    dgc_region_plan r;
+    dgc_policy_regions(n, k, value_bits, nranks, &r);
+    out->reduce = r.bytes;
+}
+
+/* cap: twice a rank's even share of its k pairs, so that a region may hold
+ * twice its share before pairs stay behind; keep: an even share of k, so
+ * that the output holds about k pairs, as the other transports'. */
+void dgc_policy_regions(uint64_t n, uint64_t k, unsigned value_bits, int nranks, dgc_region_plan *out) {
+    const uint64_t ranks = nranks < 1 ? 1 : (uint64_t)nranks, others = ranks - 1;
+    const uint64_t twice = (2 * k + ranks - 1) / ranks;
+    out->keep = (k + ranks - 1) / ranks;
+    out->cap = twice < k ? twice : k;
+    dgc_compact_layout_for(n, out->cap, value_bits, &out->send);
+    dgc_compact_layout_for(n, out->keep, 32, &out->pick);
+    /* The headers' round, the all-to-all (one payload to each other owner)
+     * and the ring all-gather of the selections (each owner's to each other
+     * rank). */
+    out->bytes = others * (sizeof(dgc_wire_header) + out->send.bytes + out->pick.bytes);
+}
+
+void dgc_policy_bounds_equal(uint64_t n, int nranks, uint32_t *bounds) {
+    const uint64_t ranks = nranks < 1 ? 1 : (uint64_t)nranks;
+    for (uint64_t r = 0; r <= ranks; r++) bounds[r] = (uint32_t)(n * r / ranks); /* n < 2^32, r <= 2^20 */
+}
+
+void dgc_policy_bounds_balanced(uint64_t n, int nranks, const uint32_t *sel, uint64_t m, uint32_t *bounds) {
+    dgc_policy_bounds_equal(n, nranks, bounds);
+    if (m == 0) return;
+    const uint64_t ranks = nranks < 1 ? 1 : (uint64_t)nranks;
+    for (uint64_t r = 1; r < ranks; r++) bounds[r] = sel[r * m / ranks]; /* m <= 2^32, r < 2^20 */
 }
 
 dgc_transport dgc_policy_transport(const dgc_config *cfg, uint64_t n, unsigned elem_bytes, uint64_t k, int nranks,
@@ -83,6 +114,10 @@ dgc_transport dgc_policy_transport(const dgc_config *cfg, uint64_t n, unsigned e
     dgc_transport_bytes b;
     dgc_transport_bytes_for(n, elem_bytes, k, (unsigned)cfg->value_bits, nranks, &b);
     if (bytes) *bytes = b;
+    if (cfg->transport == DGC_TRANSPORT_REDUCE) { /* opt-in; the dense transport where it sends fewer bytes */
+        if (nranks <= 1) return DGC_TRANSPORT_SPARSE;
+        return b.reduce < b.dense ? DGC_TRANSPORT_REDUCE : DGC_TRANSPORT_DENSE;
+    }
     if (cfg->transport != DGC_TRANSPORT_AUTO) return (dgc_transport)cfg->transport;
     if (nranks <= 1) return DGC_TRANSPORT_SPARSE; /* nothing travels either way */
     return b.sparse < b.dense ? DGC_TRANSPORT_SPARSE : DGC_TRANSPORT_DENSE;
@@ -98,7 +133,7 @@ int dgc_policy_plan(const dgc_config *cfg, uint64_t count, unsigned sum_type, ui
     /* The sparse all-gather counts the compact payloads in 8-byte words with
      * an int count, per rank and in total. The dense transport has no such
      * limit: it gathers the headers alone and sums the vector in pieces. */
-    if (out->transport == DGC_TRANSPORT_SPARSE) {
+    if (out->transport != DGC_TRANSPORT_DENSE) { /* the NCCL path sends _REDUCE's calls by the all-gather */
         uint64_t words = out->bytes.payload / 8;
         if (words > (uint64_t)INT_MAX || words * (uint64_t)nranks > (uint64_t)INT_MAX) return -1;
     }

@@ -70,7 +70,8 @@ static size_t reserve_bytes_of(const dgc_comm *c) {
 static size_t buffer_bytes(const dgc_buffer *b) {
     return sizeof *b + (b->state ? dgc_state_bytes(b->state) : 0) + dgc_pages_footprint(b->payload_cap) +
            dgc_pages_footprint(b->gathered_cap) + dgc_pages_footprint(b->prev_cap) +
-           dgc_pages_footprint(b->wire_cap) + b->gpu_bytes;
+           dgc_pages_footprint(b->wire_cap) + dgc_pages_footprint(b->scratch_cap) +
+           (b->bounds ? ((size_t)b->bounds_ranks + 1) * sizeof *b->bounds : 0) + b->gpu_bytes;
 }
 
 /* ---- communicators ---- */
@@ -236,6 +237,8 @@ static void free_host_parts(dgc_buffer *b) {
     dgc_pages_free(b->gathered, b->gathered_cap);
     dgc_pages_free(b->prev, b->prev_cap);
     dgc_pages_free(b->wire, b->wire_cap);
+    dgc_pages_free(b->scratch, b->scratch_cap);
+    free(b->bounds);
     free(b);
 }
 
@@ -565,6 +568,23 @@ int dgc_registry_reserve(dgc_buffer *b, size_t bytes, int nranks) {
 
 int dgc_registry_reserve_wire(dgc_buffer *b, size_t bytes) {
     int rc = dgc_pages_fit(&b->wire, &b->wire_cap, bytes, EXCHANGE_SLACK);
+    dgc_registry_account(b);
+    return rc ? -1 : 0;
+}
+
+int dgc_registry_reserve_scratch(dgc_buffer *b, size_t bytes, int nranks) {
+    int rc = dgc_pages_fit(&b->scratch, &b->scratch_cap, bytes, EXCHANGE_SLACK);
+    if (rc == 0 && (!b->bounds || b->bounds_ranks != nranks)) {
+        uint32_t *bounds = malloc(((size_t)nranks + 1) * sizeof *bounds);
+        if (bounds) {
+            free(b->bounds);
+            b->bounds = bounds;
+            b->bounds_ranks = nranks;
+            b->bounds_step = UINT64_MAX; /* none balanced yet */
+        } else {
+            rc = -1;
+        }
+    }
     dgc_registry_account(b);
     return rc ? -1 : 0;
 }

@@ -88,6 +88,14 @@ typedef struct dgc_buffer {
     dgc_compact_layout prev_code;
     void *wire;       /* the compact payloads on the wire: this rank's, then every rank's */
     size_t wire_cap;
+    /* DGC_TRANSPORT=reduce (mpi/reduce.c): its working memory, and the
+     * region boundaries (bounds_ranks + 1 of them) balanced for the call at
+     * bounds_step. */
+    void *scratch;
+    size_t scratch_cap;
+    uint32_t *bounds;
+    int bounds_ranks;
+    uint64_t bounds_step;
     size_t bytes;     /* memory held, as last accounted */
     dgc_buffer_stats stats;
     /* The GPU path's state (dgc_registry_adopt) in place of state and the
@@ -222,6 +230,11 @@ int dgc_registry_reserve(dgc_buffer *b, size_t bytes, int nranks);
 /* Makes the entry's wire buffer hold bytes (its payload and nranks others'
  * in the compact encoding), giving back room far beyond that. */
 int dgc_registry_reserve_wire(dgc_buffer *b, size_t bytes);
+
+/* Makes the entry's scratch hold bytes (reduce transport), giving back room
+ * far beyond that, and its bounds hold nranks + 1 boundaries (kept as they
+ * are when they already do). */
+int dgc_registry_reserve_scratch(dgc_buffer *b, size_t bytes, int nranks);
 
 /* Keeps the dense sum of step (in gathered) as the previous step's: swaps
  * gathered and prev, so no copy. */

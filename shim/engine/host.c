@@ -412,7 +412,9 @@ static void swap_arrays(float **a, float **b) {
     *b = t;
 }
 
-void dgc_commit(dgc_state *s, const dgc_step_params *p) {
+void dgc_commit(dgc_state *s, const dgc_step_params *p) { dgc_commit_only(s, p, NULL); }
+
+void dgc_commit_only(dgc_state *s, const dgc_step_params *p, const unsigned char *keep) {
     swap_arrays(&s->v, &s->v_next);
     if (s->u) swap_arrays(&s->u, &s->u_next);
     float *u = s->u && p->momentum_masking ? s->u : NULL;
@@ -424,6 +426,7 @@ void dgc_commit(dgc_state *s, const dgc_step_params *p) {
         /* Error feedback: the residual keeps what rounding the value for the
          * wire lost, as pack left it (with 32-bit values x - x, +0: what was
          * sent is gone). */
+        if (keep && !keep[j]) continue; /* v and u keep the update's values */
         uint32_t i = s->cand[j];
         s->v[i] = s->cand_val[j];
         if (u) u[i] = 0.0f;

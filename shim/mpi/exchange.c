@@ -50,7 +50,9 @@ typedef struct {
     dgc_compact_layout code;
     int whole;    /* it fits the reserve: one all-gather carries everything */
     int dense;    /* the pairs travel by the dense transport (after the headers) */
-    size_t share; /* what the dense transport sends to each other rank, on average */
+    size_t share; /* what the dense (or reduce) transport sends to each other rank, on average */
+    int reduce;   /* the pairs travel by the reduce transport (after the headers: reduce.c) */
+    dgc_region_plan rp;
 } layout;
 
 /* The gathered buffer's size, in plain payloads of this call: none (the
@@ -66,10 +68,17 @@ static int gathered_payloads(const dgc_buffer *b, const dgc_step_params *p, cons
 /* The compact form of this rank's payload, and room for every rank's:
  * sparse transport only. */
 static int encode(dgc_buffer *b, const dgc_step_params *p, const layout *l) {
-    if (dgc_registry_reserve_wire(b, l->dense ? 0 : l->bytes * ((size_t)p->nranks + 1))) {
-        DGC_ERROR("no memory for the %zu-byte wire buffers of a %llu-element buffer", l->bytes * (p->nranks + 1),
+    const size_t ranks = (size_t)p->nranks + 1;
+    const size_t wire = l->reduce ? l->rp.pick.bytes * ranks : l->dense ? 0 : l->bytes * ranks;
+    if (dgc_registry_reserve_wire(b, wire) ||
+        (l->reduce && dgc_registry_reserve_scratch(b, dgc_mpi_reduce_scratch(&l->rp, p->nranks, p->k), p->nranks))) {
+        DGC_ERROR("no memory for the %zu-byte wire buffers of a %llu-element buffer", wire,
                   (unsigned long long)b->count);
         return -1;
+    }
+    if (l->reduce) { /* the regions' payloads are made after the headers' round, which settles the bounds */
+        if (b->bounds_step == p->step) dgc_wire_header_of(b->payload)->flags |= DGC_WIRE_BOUNDS;
+        return 0;
     }
     if (l->dense || dgc_compact_encode(b->payload, &l->code, b->wire) == 0) return 0;
     DGC_ERROR("the engine's payload for a %llu-element buffer could not be encoded (unsorted pairs or values not "
@@ -201,13 +210,14 @@ static void subtract_previous(dgc_buffer *b, float *out, const dgc_step_params *
                   (unsigned long long)b->count, err);
 }
 
-/* agreed: every header reported the same age of its kept S (nonzero). */
-static void compensate(dgc_buffer *b, float *out, const dgc_step_params *p, const layout *l, const dgc_config *cfg,
-                       uint32_t agreed) {
+/* agreed: every header reported the same age of its kept S (nonzero).
+ * code: the layout of the payloads in b->wire that sum to S_t. */
+static void compensate(dgc_buffer *b, float *out, const dgc_step_params *p, const dgc_compact_layout *code,
+                       const dgc_config *cfg, uint32_t agreed) {
     if (!compensating(p, cfg)) return;
     if (agreed) subtract_previous(b, out, p);
     else restart_note(b, p, cfg);
-    dgc_registry_keep_wire(b, &l->code, p->step, p->nranks);
+    dgc_registry_keep_wire(b, code, p->step, p->nranks);
 }
 
 /* The same after a dense-transport step: out holds S_t, which becomes the
@@ -241,7 +251,7 @@ static void count_call(dgc_buffer *b, const layout *l, uint64_t k, double second
     b->stats.dense_bytes += b->count * sizeof(float);
     /* What this rank sent to each other rank: its payload, or by the dense
      * transport its total over N-1 (so both transports' bytes compare). */
-    size_t sent = l->dense ? l->share : l->bytes;
+    size_t sent = l->dense || l->reduce ? l->share : l->bytes;
     b->stats.wire_bytes += sent;
     b->stats.last_wire_bytes = sent;
     b->stats.dense_transport += l->dense != 0;
@@ -271,6 +281,29 @@ static int dense_transport_path(dgc_comm *c, dgc_buffer *b, float *work, const d
     return MPI_SUCCESS;
 }
 
+/* The reduce transport (reduce.c): every rank took part with state. Only
+ * the pairs sent and selected are committed; the rest stay in the residual. */
+static int reduce_path(dgc_buffer *b, float *work, const dgc_step_params *p, const layout *l, MPI_Comm comm,
+                       const dgc_config *cfg, uint32_t agreed, int balanced, double engine_seconds) {
+    const unsigned char *keep = NULL;
+    char err[256];
+    int rc = dgc_mpi_reduce(b, work, p, &l->rp, balanced, comm, &keep, err, sizeof err);
+    if (rc == MPI_SUCCESS) {
+        dgc_commit_only(b->state, p, keep);
+        if (dgc_last_saturated(b->state)) dgc_registry_count_saturated(1, b->count);
+        compensate(b, work, p, &l->rp.pick, cfg, agreed);
+    } else {
+        dgc_discard(b->state);
+    }
+    count_call(b, l, p->k, engine_seconds);
+    if (rc == DGC_MPI_BAD_PAYLOAD) {
+        dgc_registry_count_failed(DGC_FAIL_BAD_PAYLOAD, 1);
+        DGC_ERROR("%s", err);
+        return dgc_mpi_fail(comm, MPI_ERR_OTHER);
+    }
+    return rc;
+}
+
 /* All ranks took part with state: the payloads if only the headers came yet,
  * then sum and commit. */
 static int sparse_path(dgc_buffer *b, float *work, const dgc_step_params *p, const layout *l, MPI_Comm comm,
@@ -292,7 +325,7 @@ static int sparse_path(dgc_buffer *b, float *work, const dgc_step_params *p, con
     dgc_decode_result r = dgc_compact_decode(received, p->nranks, p->step, &l->code, work, err, sizeof err);
     if (r == DGC_DECODE_OK) {
         commit(b, p);
-        compensate(b, work, p, l, cfg, agreed);
+        compensate(b, work, p, &l->code, cfg, agreed);
     } else {
         dgc_discard(b->state);
     }
@@ -339,7 +372,13 @@ int dgc_mpi_exchange(dgc_comm *c, dgc_buffer *b, int local, const float *g, floa
     l.bytes = l.code.bytes;
     l.dense = plan->transport == DGC_TRANSPORT_DENSE;
     l.share = p->nranks > 1 ? (size_t)((tb.dense + (uint64_t)p->nranks - 2) / ((uint64_t)p->nranks - 1)) : 0;
-    l.whole = !l.dense && l.bytes <= c->head; /* the dense transport always sends the headers first */
+    l.reduce = plan->transport == DGC_TRANSPORT_REDUCE;
+    if (l.reduce) {
+        dgc_policy_regions(p->n, p->k, p->value_bits, p->nranks, &l.rp);
+        l.share = (size_t)(sizeof(dgc_wire_header) + l.rp.send.bytes + l.rp.pick.bytes);
+    }
+    /* The dense and reduce transports always send the headers first. */
+    l.whole = !l.dense && !l.reduce && l.bytes <= c->head;
     DGC_DEBUG("step %llu, %llu elements, k %llu: %s transport (bytes a rank sends: sparse all-gather %llu, dense %llu)",
               (unsigned long long)p->step, (unsigned long long)p->n, (unsigned long long)p->k,
               l.dense ? "dense" : "sparse", (unsigned long long)tb.sparse, (unsigned long long)tb.dense);
@@ -376,5 +415,6 @@ int dgc_mpi_exchange(dgc_comm *c, dgc_buffer *b, int local, const float *g, floa
         return rc;
     }
     if (l.dense) return dense_transport_path(c, b, work, p, &l, comm, cfg, sum.age, engine_seconds);
+    if (l.reduce) return reduce_path(b, work, p, &l, comm, cfg, sum.age, sum.bounds == p->nranks, engine_seconds);
     return sparse_path(b, work, p, &l, comm, cfg, sum.age, engine_seconds);
 }

@@ -69,6 +69,22 @@ int dgc_mpi_dense_sum(float *work, uint64_t n, const dgc_comm *c, MPI_Comm comm)
 /* The C entry point's logic, shared with the Fortran ones: the result of a
  * compressed call, or DGC_MPI_PASS when the call must go to the library. */
 #define DGC_MPI_PASS (-1)
+
+/* DGC_TRANSPORT=reduce (reduce.c). The scratch a call needs
+ * (dgc_registry_reserve_scratch: reserved before the headers' round, so
+ * that a rank short of memory says so there). */
+size_t dgc_mpi_reduce_scratch(const dgc_region_plan *rp, int nranks, uint64_t k);
+/* After the headers' round, on every rank with state: the all-to-all, the
+ * owners' sums and selections, the all-gather of the selections into
+ * b->wire (this rank's, then every rank's, laid out as rp->pick: what
+ * dgc_registry_keep_wire keeps), decoded into work (zeroed by the
+ * compression). *keep: per selected pair of this rank's payload, whether to
+ * commit it. balanced: every header said it holds this step's balanced
+ * bounds. The buffer's bounds are balanced for the next step after. Returns
+ * MPI_SUCCESS, MPI's error, or DGC_MPI_BAD_PAYLOAD with err (work zero). */
+#define DGC_MPI_BAD_PAYLOAD (-2)
+int dgc_mpi_reduce(dgc_buffer *b, float *work, const dgc_step_params *p, const dgc_region_plan *rp, int balanced,
+                   MPI_Comm comm, const unsigned char **keep, char *err, size_t errlen);
 int dgc_mpi_try_compressed(const void *sb, void *rb, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm);
 
 /* Reads the environment, checks it on MPI_COMM_WORLD and installs it; called

@@ -22,7 +22,7 @@ static const char *payload_at(const void *gathered, int rank, uint64_t k) {
     return (const char *)gathered + (size_t)rank * dgc_wire_bytes(k);
 }
 
-#define KNOWN_FLAGS (DGC_WIRE_NONFINITE | DGC_WIRE_FAILED | DGC_WIRE_DENSE)
+#define KNOWN_FLAGS (DGC_WIRE_NONFINITE | DGC_WIRE_FAILED | DGC_WIRE_DENSE | DGC_WIRE_BOUNDS)
 
 /* Returns 0 when the header at p is sound for (step, n, k), else writes why
  * into err. flags_ok: the flags this use accepts. */
@@ -69,7 +69,7 @@ static int check_payload(const char *p, int rank, uint64_t step, uint64_t n, uin
 
 dgc_decode_result dgc_wire_scan(const void *base, size_t stride, int nranks, uint64_t step, uint64_t n,
                                 uint64_t k, dgc_wire_summary *sum, char *err, size_t errlen) {
-    *sum = (dgc_wire_summary){0, -1, 0, 0, 0};
+    *sum = (dgc_wire_summary){0, -1, 0, 0, 0, 0};
     uint32_t age = 0;
     int agree = 1;
     for (int r = 0; r < nranks; r++) {
@@ -84,6 +84,7 @@ dgc_decode_result dgc_wire_scan(const void *base, size_t stride, int nranks, uin
         }
         sum->dense += (h.flags & DGC_WIRE_DENSE) != 0;
         sum->nonfinite += (h.flags & DGC_WIRE_NONFINITE) != 0;
+        sum->bounds += (h.flags & DGC_WIRE_BOUNDS) != 0;
     }
     sum->age = agree && age < DGC_WIRE_AGE_MAX ? age : 0;
     return DGC_DECODE_OK;

@@ -61,17 +61,18 @@ static int header_sound(const dgc_wire_header *h, uint64_t step, uint64_t n, uin
 /* What dgc_wire_scan must answer, and the flags it must count. */
 static dgc_decode_result expected_scan(const char *buf, int nranks, uint64_t step, uint64_t n, uint64_t k,
                                        dgc_wire_summary *sum) {
-    *sum = (dgc_wire_summary){0, -1, 0, 0, 0};
+    *sum = (dgc_wire_summary){0, -1, 0, 0, 0, 0};
     uint32_t ages[64];
     for (int r = 0; r < nranks; r++) {
         dgc_wire_header h = header_at(buf, dgc_wire_bytes(k), r);
-        if (!header_sound(&h, step, n, k, DGC_WIRE_NONFINITE | DGC_WIRE_FAILED | DGC_WIRE_DENSE))
+        if (!header_sound(&h, step, n, k, DGC_WIRE_NONFINITE | DGC_WIRE_FAILED | DGC_WIRE_DENSE | DGC_WIRE_BOUNDS))
             return DGC_DECODE_BAD;
         ages[r] = h.flags >> 8;
         if ((h.flags & DGC_WIRE_FAILED) && sum->first_failed < 0) sum->first_failed = r;
         sum->failed += (h.flags & DGC_WIRE_FAILED) != 0;
         sum->dense += (h.flags & DGC_WIRE_DENSE) != 0;
         sum->nonfinite += (h.flags & DGC_WIRE_NONFINITE) != 0;
+        sum->bounds += (h.flags & DGC_WIRE_BOUNDS) != 0;
     }
     /* The ranks' age, when all report the same one below 2^24 - 1. */
     int same = 1;
@@ -150,7 +151,7 @@ static dgc_decode_result check_decode(const char *buf, int nranks, uint64_t step
     } else {
         CHECK(sum.failed == want_sum.failed && sum.first_failed == want_sum.first_failed);
         CHECK(sum.dense == want_sum.dense && sum.nonfinite == want_sum.nonfinite);
-        CHECK(sum.age == want_sum.age);
+        CHECK(sum.age == want_sum.age && sum.bounds == want_sum.bounds);
     }
     /* The scan and the decoder agree: what the scan rejects, or flags as
      * failed or dense, the decoder never sums. */
