@@ -104,6 +104,44 @@ Test(policy_transport, forced_either_way) {
     }
 }
 
+/* reduce: opt-in, one rank sends nothing, the dense transport where it is
+ * fewer bytes (k = n at 2 ranks), never chosen by auto. */
+Test(policy_transport, reduce_forced_where_fewer_bytes) {
+    dgc_config r = with_transport(DGC_TRANSPORT_REDUCE), a = with_transport(DGC_TRANSPORT_AUTO);
+    cr_assert_eq(dgc_policy_transport(&r, 1000000, 4, 1000, 1, NULL), DGC_TRANSPORT_SPARSE);
+    cr_assert_eq(dgc_policy_transport(&r, 1000000, 4, 1000000, 2, NULL), DGC_TRANSPORT_DENSE);
+    for (int N = 2; N <= 4096; N *= 2) {
+        dgc_transport_bytes b;
+        cr_assert_eq(dgc_policy_transport(&r, 2000000, 4, 2000, N, &b), DGC_TRANSPORT_REDUCE, "N %d", N);
+        cr_assert_neq(dgc_policy_transport(&a, 2000000, 4, 2000, N, NULL), DGC_TRANSPORT_REDUCE);
+        /* Under Ok-Topk's 3k(N-1)/N pairs of 8 bytes up to 64 ranks (the
+         * issue's range; past it each peer's two payloads' headers, about
+         * 112 bytes, outweigh its share of k = 2000). */
+        if (N <= 64) cr_assert_lt(b.reduce, 3ull * 2000 * (uint64_t)(N - 1) / (uint64_t)N * 8, "N %d: %llu", N,
+                     (unsigned long long)b.reduce);
+    }
+}
+
+/* Regions: cap and keep from (n, k, N); equal bounds, and balanced ones cut
+ * at the selection's quantiles (monotone, first 0, last n). */
+Test(policy_regions, sizes_and_bounds) {
+    dgc_region_plan rp;
+    dgc_policy_regions(20011, 201, 32, 8, &rp);
+    cr_assert_eq(rp.cap, 51);
+    cr_assert_eq(rp.keep, 26);
+    cr_assert_eq(rp.pick.value_bits, 32);
+    dgc_policy_regions(20011, 201, 16, 2, &rp);
+    cr_assert_eq(rp.cap, 201, "two ranks: a rank's k pairs always fit");
+    uint32_t b[6];
+    dgc_policy_bounds_equal(20011, 5, b);
+    cr_assert(b[0] == 0 && b[1] == 4002 && b[4] == 16008 && b[5] == 20011);
+    const uint32_t sel[] = {3, 5, 7, 9, 11, 13, 100, 19000, 19001, 19002};
+    dgc_policy_bounds_balanced(20011, 5, sel, 10, b);
+    cr_assert(b[0] == 0 && b[1] == 7 && b[2] == 11 && b[3] == 100 && b[4] == 19001 && b[5] == 20011);
+    dgc_policy_bounds_balanced(20011, 5, sel, 0, b);
+    cr_assert_eq(b[1], 4002, "no selection: equal");
+}
+
 /* The outlook against every later step, one by one: the largest k that goes
  * sparse and whether any goes dense, from each step of a warm-up on (and
  * past it), for rank counts on both sides of each stage's crossover. */
