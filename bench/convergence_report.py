@@ -15,7 +15,8 @@ import re
 import sys
 
 CONFIGS = [("dense", "dense (DGC_ENABLE=0)"), ("dgc", "DGC 99.9%, momentum 0.9, compensated"),
-           ("gd", "gradient dropping 99.9% (DGC_MOMENTUM=0)")]
+           ("gd", "gradient dropping 99.9% (DGC_MOMENTUM=0)"),
+           ("reduce", "DGC as dgc, DGC_TRANSPORT=reduce")]
 TRAINERS = [("c", "C MLP 784-512-512-10"), ("torch", "PyTorch CNN (mpi4py)")]
 
 

@@ -337,7 +337,9 @@ static void plan(dgc_nccl_call *k, const dgc_config *cfg) {
         k->part = DGC_NCCL_PASS;
         return;
     }
-    if (dgc_policy_plan(cfg, k->count, dgc_gpu_sum_type_of(k->gpu_dtype), step, c->nranks, &k->plan)) {
+    dgc_config spare;
+    const dgc_config *planning = dgc_nccl_planning_config(cfg, &spare);
+    if (dgc_policy_plan(planning, k->count, dgc_gpu_sum_type_of(k->gpu_dtype), step, c->nranks, &k->plan)) {
         k->part = DGC_NCCL_PASS; /* too big for one payload */
         return;
     }

@@ -69,3 +69,10 @@ int dgc_nccl_verdict(const uint64_t *all, int nranks, int nwords, int parse, int
             }
     return DGC_CHECK_PASSED;
 }
+
+const dgc_config *dgc_nccl_planning_config(const dgc_config *cfg, dgc_config *spare) {
+    if (cfg->transport != DGC_TRANSPORT_REDUCE) return cfg;
+    *spare = *cfg;
+    spare->transport = DGC_TRANSPORT_AUTO;
+    return spare;
+}

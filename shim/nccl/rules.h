@@ -80,4 +80,10 @@ int dgc_nccl_vote_dense(const unsigned char *votes, int nranks);
  * that differs from rank 0's (else -1). */
 int dgc_nccl_verdict(const uint64_t *all, int nranks, int nwords, int parse, int *bad_rank, int *bad_word);
 
+/* The configuration the NCCL path plans with: cfg itself, or with
+ * DGC_TRANSPORT=reduce (the MPI path's alone) a copy in spare that says
+ * auto, so that its calls go by whichever of the all-gather and the dense
+ * transport sends fewer bytes. */
+const dgc_config *dgc_nccl_planning_config(const dgc_config *cfg, dgc_config *spare);
+
 #endif

@@ -125,8 +125,9 @@ dgc_buffer *dgc_nccl_state_get(dgc_nccl_call *k, const dgc_config *cfg) {
     };
     /* Sized once for every later step: the gathered payloads for the largest
      * k that goes sparse, the dense room when some step goes dense. */
-    dgc_policy_outlook(cfg, k->count, dgc_gpu_sum_type_of(k->gpu_dtype), k->plan.p.step, c->nranks,
-                       &want.sparse_k, &want.dense);
+    dgc_config spare;
+    dgc_policy_outlook(dgc_nccl_planning_config(cfg, &spare), k->count, dgc_gpu_sum_type_of(k->gpu_dtype),
+                       k->plan.p.step, c->nranks, &want.sparse_k, &want.dense);
     k->lack = DGC_NCCL_LACK_NONE;
     k->footprint = dgc_gpu_state_footprint(&want);
     /* A run takes a communicator's calls one round at a time: a buffer is

@@ -206,6 +206,11 @@ else()
 endif()
 mpi_case(one_rank_out_of_memory_small_payload ${FAILS}
          --grep "rank 3 could not get the memory this call needs" -- nomem --n 800000 --headroom ${NOMEM_HEADROOM})
+# The same under DGC_TRANSPORT=reduce, whose working memory is also reserved
+# before the headers' round: every rank fails the call, then the reference.
+mpi_case(reduce_out_of_memory ${REDUCE} --grep "rank 3 could not get the memory this call needs"
+         --grep "PASS reduce: every rank got MPI_ERR_NO_MEM"
+         -- --n 800000 --steps 2 --nomem-headroom ${NOMEM_HEADROOM})
 # Spawned ranks with another DGC_SPARSITY merged in: the first compressed
 # call and every later one fail on every rank; the log tells the jobs apart.
 if(DGC_MPI_FAMILY STREQUAL mpich)

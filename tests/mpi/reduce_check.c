@@ -12,15 +12,20 @@
  * thing taken from the library), everything else is written here.
  *
  *   reduce_check [--n N] [--steps S] [--sparsity X] [--warmup W] [--momentum M]
- *                [--shape plain|skewed|hole] [--nonfinite-step S]
+ *                [--shape plain|skewed|hole] [--nonfinite-step S] [--nomem-headroom MB]
  *
  * skewed: every rank's gradient is large in the first 1/(4N) of the buffer
  * only, so its pairs crowd one region and overflow its room (cap); hole:
- * the last region's gradients are zero, so its owner receives nothing. The
+ * the last region's gradients are zero, so its owner receives nothing.
+ * --nomem-headroom: the first call is made once with the last rank's address
+ * space capped (MB above what it maps now), so that it has no memory for its
+ * state: every rank must get MPI_ERR_NO_MEM (none may hang), and the steps
+ * from then on must be the reference's, as if that call never was. The
  * variables the shim reads come from the environment (mpirun -x), and the
  * reference reads the same ones. Prints "PASS reduce ..." on rank 0. */
 #include <math.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,7 +33,7 @@
 #include "test_common.h"
 
 typedef struct {
-    long n, steps, warmup, nonfinite_step;
+    long n, steps, warmup, nonfinite_step, nomem_headroom;
     double sparsity, momentum;
     const char *shape;
 } options;
@@ -157,6 +162,26 @@ static void plain_step(ref_rank *st, float *want) {
         }
 }
 
+/* The first call with the last rank short of memory: MPI_ERR_NO_MEM on every rank. */
+static void call_without_memory(const float *g, float *out) {
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    struct rlimit old, capped;
+    getrlimit(RLIMIT_AS, &old);
+    capped = old;
+    capped.rlim_cur = (rlim_t)(status_kb("VmSize") + o.nomem_headroom * 1024) * 1024;
+    int victim = rank == nranks - 1;
+    if (victim && setrlimit(RLIMIT_AS, &capped) != 0) fail("cannot cap the address space");
+    int rc = MPI_Allreduce(g, out, (int)o.n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    if (victim && setrlimit(RLIMIT_AS, &old) != 0) fail("cannot lift the address-space cap");
+    int cls = MPI_SUCCESS;
+    if (rc != MPI_SUCCESS) MPI_Error_class(rc, &cls);
+    int not_nomem = cls != MPI_ERR_NO_MEM, any = 0;
+    MPI_Allreduce(&not_nomem, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (any) fail("the call the last rank had no memory for: this rank's error class %d, want MPI_ERR_NO_MEM on all",
+                  cls);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+}
+
 static void equal_bounds(long *bounds) {
     for (int q = 0; q <= nranks; q++) bounds[q] = (long)((uint64_t)o.n * (uint64_t)q / (uint64_t)nranks);
 }
@@ -172,6 +197,7 @@ static void parse(int argc, char **argv) {
         else if (!strcmp(k, "--momentum")) o.momentum = atof(v);
         else if (!strcmp(k, "--shape")) o.shape = v;
         else if (!strcmp(k, "--nonfinite-step")) o.nonfinite_step = atol(v);
+        else if (!strcmp(k, "--nomem-headroom")) o.nomem_headroom = atol(v);
         else fail("unknown option %s", k);
     }
 }
@@ -203,6 +229,7 @@ int main(int argc, char **argv) {
         for (long i = 0; i < n; i++) g[i] = shaped(rank, s, i);
         int bad = s == o.nonfinite_step;
         if (bad && rank == nranks - 1) g[n / 3] = NAN;
+        if (s == 0 && o.nomem_headroom > 0) call_without_memory(g, out);
         MPI_Allreduce(g, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         check_identical(out, n, MPI_COMM_WORLD, "reduce");
         if (bad) {
@@ -253,6 +280,7 @@ int main(int argc, char **argv) {
     if (reduce_steps == 0) fail("no step went by the reduce transport");
     if (!strcmp(o.shape, "skewed") && overflowed == 0) fail("no region overflowed its room");
     if (!strcmp(o.shape, "hole") && empty_owner == 0) fail("no owner received nothing");
+    if (rank == 0 && o.nomem_headroom > 0) printf("PASS reduce: every rank got MPI_ERR_NO_MEM, then the reference\n");
     if (rank == 0)
         printf("PASS reduce n=%ld steps=%ld ranks=%d shape=%s: %ld reduce steps, %ld pairs left behind, %ld empty "
                "regions\n", n, o.steps, nranks, o.shape, reduce_steps, overflowed, empty_owner);

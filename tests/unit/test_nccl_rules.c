@@ -237,3 +237,16 @@ Test(nccl_verdict, the_gathered_words_pass_only_when_every_rank_agrees) {
     cr_expect_eq(word, -1);
     cr_expect_eq(dgc_nccl_verdict(all, 1, W, PARSE, &rank, &word), DGC_CHECK_PASSED, "one rank agrees with itself");
 }
+
+/* DGC_TRANSPORT=reduce is the MPI path's: the NCCL path plans as auto. */
+Test(nccl_rules, reduce_plans_as_auto) {
+    dgc_config cfg, spare;
+    dgc_config_defaults(&cfg);
+    cr_assert_eq(dgc_nccl_planning_config(&cfg, &spare), &cfg, "auto: the configuration itself");
+    cfg.transport = DGC_TRANSPORT_REDUCE;
+    const dgc_config *p = dgc_nccl_planning_config(&cfg, &spare);
+    cr_assert_eq(p, &spare);
+    cr_assert_eq(p->transport, DGC_TRANSPORT_AUTO);
+    cr_assert_eq(p->sparsity, cfg.sparsity);
+    cr_assert_eq(cfg.transport, DGC_TRANSPORT_REDUCE, "the installed one is left as it is");
+}
