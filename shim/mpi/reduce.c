@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dgcshim/compact_rules.h"
 #include "dgcshim/wire.h"
 #include "dgcshim/wire_compact.h"
 #include "core/log.h"
@@ -63,8 +64,8 @@ size_t dgc_mpi_reduce_scratch(const dgc_region_plan *rp, int nranks, uint64_t k)
 /* The real pairs of a compact payload: its count word. */
 static uint64_t compact_count(const char *compact) {
     uint64_t w;
-    memcpy(&w, compact + sizeof(dgc_wire_header), sizeof w);
-    return w & ((1ull << 40) - 1);
+    memcpy(&w, compact + DGC_CX_HEADER_WORDS * sizeof w, sizeof w);
+    return w & DGC_CX_COUNT_MASK;
 }
 
 /* A plain payload of slots pairs: header, the m pairs given, padding. */
@@ -74,8 +75,10 @@ static void plain_of(char *plain, uint64_t step, uint64_t n, uint64_t slots, con
     memcpy(plain, &h, sizeof h);
     uint32_t *pi = dgc_wire_indices(plain);
     float *pv = dgc_wire_values(plain, slots);
-    memcpy(pi, idx, (size_t)m * sizeof *idx);
-    memcpy(pv, val, (size_t)m * sizeof *val);
+    if (m > 0) { /* the failure paths pass no pairs, and memcpy wants a source even for 0 bytes */
+        memcpy(pi, idx, (size_t)m * sizeof *idx);
+        memcpy(pv, val, (size_t)m * sizeof *val);
+    }
     memset(pi + m, 0, (size_t)(slots - m) * sizeof *pi);
     memset(pv + m, 0, (size_t)(slots - m) * sizeof *pv);
 }
@@ -235,10 +238,8 @@ static int64_t selected(const dgc_buffer *b, const dgc_region_plan *rp,
 }
 
 int dgc_mpi_reduce(dgc_buffer *b, float *work, const dgc_step_params *p, const dgc_region_plan *rp, int balanced,
-                   MPI_Comm comm, const unsigned char **keep, char *err, size_t errlen) {
+                   int me, MPI_Comm comm, const unsigned char **keep, char *err, size_t errlen) {
     const int nranks = p->nranks;
-    int me = 0;
-    PMPI_Comm_rank(comm, &me);
     areas a;
     carve(&a, b->scratch, rp, nranks, p->k);
     *keep = a.keep;
