@@ -49,6 +49,7 @@ typedef struct {
     void *ext;           /* the front end's own per-communicator data, or NULL */
     void (*ext_free)(void *ext); /* frees ext when the record closes, after its buffers */
     int nranks;
+    int rank;            /* this process's rank in it (set by the MPI front end; 0 on NCCL's) */
     int check;           /* DGC_CHECK_*; FAILED stays failed */
     int check_reported;  /* the failed check was logged on a later call */
     uint64_t calls;      /* compressed calls so far: the same count on every rank */

@@ -61,6 +61,7 @@ static int self_deleted(MPI_Comm comm, int keyval, void *val, void *extra) {
 static int attach(MPI_Comm comm, int nranks, const dgc_config *cfg, int local, dgc_comm **out) {
     int key = dgc_registry_hook(DGC_HOOK_COMM_KEY);
     dgc_comm *c = dgc_registry_comm_open(nranks, head_bytes(nranks));
+    if (c) PMPI_Comm_rank(comm, &c->rank); /* asked once: the transports need it on every call */
     if (c && PMPI_Comm_set_attr(comm, key, (void *)(uintptr_t)c->id) != MPI_SUCCESS) {
         dgc_registry_comm_close(c->id);
         c = NULL;

@@ -40,8 +40,7 @@ static int sum_rest(float *v, uint64_t rem, int nranks, int rank, float *spare, 
 }
 
 int dgc_mpi_dense_sum(float *work, uint64_t n, const dgc_comm *c, MPI_Comm comm) {
-    int rank = 0;
-    PMPI_Comm_rank(comm, &rank);
+    const int rank = c->rank;
     float *spare = c->reserve;
     for (uint64_t at = 0; at < n; at += PIECE) {
         uint64_t len = n - at < PIECE ? n - at : PIECE, block = len / (uint64_t)c->nranks;

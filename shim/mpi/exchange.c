@@ -283,11 +283,11 @@ static int dense_transport_path(dgc_comm *c, dgc_buffer *b, float *work, const d
 
 /* The reduce transport (reduce.c): every rank took part with state. Only
  * the pairs sent and selected are committed; the rest stay in the residual. */
-static int reduce_path(dgc_buffer *b, float *work, const dgc_step_params *p, const layout *l, MPI_Comm comm,
+static int reduce_path(const dgc_comm *c, dgc_buffer *b, float *work, const dgc_step_params *p, const layout *l, MPI_Comm comm,
                        const dgc_config *cfg, uint32_t agreed, int balanced, double engine_seconds) {
     const unsigned char *keep = NULL;
     char err[256];
-    int rc = dgc_mpi_reduce(b, work, p, &l->rp, balanced, comm, &keep, err, sizeof err);
+    int rc = dgc_mpi_reduce(b, work, p, &l->rp, balanced, c->rank, comm, &keep, err, sizeof err);
     if (rc == MPI_SUCCESS) {
         dgc_commit_only(b->state, p, keep);
         if (dgc_last_saturated(b->state)) dgc_registry_count_saturated(1, b->count);
@@ -415,6 +415,6 @@ int dgc_mpi_exchange(dgc_comm *c, dgc_buffer *b, int local, const float *g, floa
         return rc;
     }
     if (l.dense) return dense_transport_path(c, b, work, p, &l, comm, cfg, sum.age, engine_seconds);
-    if (l.reduce) return reduce_path(b, work, p, &l, comm, cfg, sum.age, sum.bounds == p->nranks, engine_seconds);
+    if (l.reduce) return reduce_path(c, b, work, p, &l, comm, cfg, sum.age, sum.bounds == p->nranks, engine_seconds);
     return sparse_path(b, work, p, &l, comm, cfg, sum.age, engine_seconds);
 }

@@ -80,11 +80,11 @@ size_t dgc_mpi_reduce_scratch(const dgc_region_plan *rp, int nranks, uint64_t k)
  * dgc_registry_keep_wire keeps), decoded into work (zeroed by the
  * compression). *keep: per selected pair of this rank's payload, whether to
  * commit it. balanced: every header said it holds this step's balanced
- * bounds. The buffer's bounds are balanced for the next step after. Returns
+ * bounds; me: this rank in comm. The buffer's bounds are balanced for the next step after. Returns
  * MPI_SUCCESS, MPI's error, or DGC_MPI_BAD_PAYLOAD with err (work zero). */
 #define DGC_MPI_BAD_PAYLOAD (-2)
 int dgc_mpi_reduce(dgc_buffer *b, float *work, const dgc_step_params *p, const dgc_region_plan *rp, int balanced,
-                   MPI_Comm comm, const unsigned char **keep, char *err, size_t errlen);
+                   int me, MPI_Comm comm, const unsigned char **keep, char *err, size_t errlen);
 int dgc_mpi_try_compressed(const void *sb, void *rb, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm);
 
 /* Reads the environment, checks it on MPI_COMM_WORLD and installs it; called
