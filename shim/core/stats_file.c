@@ -1,6 +1,6 @@
 /* DGC_STATS_FILE=PATH: each rank appends JSON lines to PATH.RANK, one object
  * a line, everything the DGC_STATS report shows and the last step's density
- * and transport (docs/statistics.md gives the fields). The file is started
+ * and transport (docs/configuration.md, "Statistics files", gives the fields). The file is started
  * afresh by the process's first line; a line is written with one write(2) on
  * an O_APPEND descriptor, so two threads' lines never interleave. */
 #include "stats_file.h"
@@ -68,21 +68,20 @@ static void put_row(const dgc_report_row *r, void *ctx) {
     c->first = 0;
 }
 
-static void put_totals(line *l) {
-    dgc_registry_totals t;
-    dgc_registry_totals_get(&t);
+/* t: the snapshot the line began with, so that one line's figures agree. */
+static void put_totals(line *l, const dgc_registry_totals *t) {
     put(l, "],\"passthrough_calls\":%llu,\"passthrough_bytes\":%llu,\"over_budget\":%llu,\"saturated\":%llu,"
            "\"failed\":{",
-        (unsigned long long)t.passthrough, (unsigned long long)t.passthrough_bytes,
-        (unsigned long long)t.over_budget, (unsigned long long)t.saturated);
+        (unsigned long long)t->passthrough, (unsigned long long)t->passthrough_bytes,
+        (unsigned long long)t->over_budget, (unsigned long long)t->saturated);
     static const char *const causes[DGC_FAIL_CAUSES] = {"memory", "misalignment", "engine", "peer", "bad_payload"};
     for (int i = 0; i < DGC_FAIL_CAUSES; i++)
-        put(l, "%s\"%s\":%llu", i ? "," : "", causes[i], (unsigned long long)t.failed[i]);
-    put(l, "},\"freed_unkeyed\":{\"states\":%llu,", (unsigned long long)t.released_unkeyed_states);
-    put_stats(l, &t.released_unkeyed);
+        put(l, "%s\"%s\":%llu", i ? "," : "", causes[i], (unsigned long long)t->failed[i]);
+    put(l, "},\"freed_unkeyed\":{\"states\":%llu,", (unsigned long long)t->released_unkeyed_states);
+    put_stats(l, &t->released_unkeyed);
     put(l, "},\"memory\":{\"bytes\":%llu,\"live_states\":%llu,\"released_states\":%llu,\"peak_bytes\":%llu}}\n",
-        (unsigned long long)t.bytes, (unsigned long long)t.live_states, (unsigned long long)t.released_states,
-        (unsigned long long)t.peak_bytes);
+        (unsigned long long)t->bytes, (unsigned long long)t->live_states, (unsigned long long)t->released_states,
+        (unsigned long long)t->peak_bytes);
 }
 
 static const char *env(const char *name) { return getenv(name); }
@@ -104,7 +103,7 @@ static void write_line(const dgc_config *cfg, const char *event) {
         rank, (long)getpid(), (double)ts.tv_sec + ts.tv_nsec * 1e-9, (unsigned long long)t.compressed);
     rows_ctx c = {&l, 1};
     dgc_registry_each_row(put_row, &c);
-    put_totals(&l);
+    put_totals(&l, &t);
     char path[DGC_TEXT_MAX + 32];
     if (rank >= 0) snprintf(path, sizeof path, "%s.%d", cfg->stats_file, rank);
     else snprintf(path, sizeof path, "%s.pid%ld", cfg->stats_file, (long)getpid());
