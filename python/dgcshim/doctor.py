@@ -81,8 +81,7 @@ def check_mpi(d, infos):
     mpirun = shutil.which("mpirun") or shutil.which("mpiexec")
     if mpirun:
         text = launch.version_text(mpirun)
-        kind = launch.family_of_version(text)
-        launcher_family = {"openmpi": "openmpi", "hydra": "mpich"}.get(kind)
+        launcher_family = launch.mpi_family_of_version(text)
         first = text.strip().splitlines()[0] if text.strip() else "?"
         d.say("mpirun", OK if launcher_family else WARN, "%s: %s (%s family)" % (
             mpirun, first, launcher_family or "unknown"), (), path=mpirun, family=launcher_family)
@@ -111,7 +110,7 @@ def check_mpi(d, infos):
     mpi4py = d.probe("import json; from mpi4py import MPI; print(json.dumps(MPI.Get_library_version().strip()"
                      ".splitlines()[0]))", timeout=60)
     if mpi4py:
-        fam = "mpich" if ("MPICH" in mpi4py or "Intel" in mpi4py) else "openmpi" if "Open MPI" in mpi4py else None
+        fam = launch.mpi_family_of_version(mpi4py)
         status = OK if fam in infos else WARN
         d.say("mpi4py", status, "loads %s%s" % (mpi4py, "" if status == OK else
                                                 ": no library of this installation is built for it"), (),

@@ -39,6 +39,11 @@ def family_of_version(text):
     return None
 
 
+def mpi_family_of_version(text):
+    """The shim's library family ("openmpi" or "mpich") for an MPI's version text, or None."""
+    return {"openmpi": "openmpi", "hydra": "mpich"}.get(family_of_version(text))
+
+
 def launcher(argv0):
     """(kind, why): kind is openmpi, hydra or environment."""
     base = os.path.basename(argv0)

@@ -267,6 +267,13 @@ class Launch(unittest.TestCase):
         got = self.launch.with_exports(["mpiexec.mpich", "-n", "2", "a"], "hydra", [("DGC_STATS", "1")])
         self.assertEqual(got, ["mpiexec.mpich", "-genv", "DGC_STATS", "1", "-n", "2", "a"])
 
+    def test_mpi_family_of_library_versions(self):
+        f = self.launch.mpi_family_of_version
+        self.assertEqual(f("Open MPI v4.1.6, package: Debian OpenMPI, ident: 4.1.6"), "openmpi")
+        self.assertEqual(f("MPICH Version:      4.2.0"), "mpich")
+        self.assertEqual(f("Intel(R) MPI Library 2021.10 for Linux* OS"), "mpich")
+        self.assertIsNone(f("Microsoft MPI 10.1"))
+
     def test_groups1_wraps_each_python(self):
         g = self.launch.GROUPS1
         got = self.launch.with_groups1(["mpirun", "-np", "1", "/v/bin/python3", "-u", "-W", "ignore", "t.py", ":",
