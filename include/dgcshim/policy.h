@@ -74,11 +74,14 @@ dgc_transport dgc_policy_transport(const dgc_config *cfg, uint64_t n, unsigned e
  * owner sums what it received in rank order and selects keep of the sums
  * (laid out as pick: 32-bit values, so the sums travel exactly), and one
  * all-gather of the owners' selections gives every rank the output. Sizes
- * from (n, k, nranks, value_bits) alone (invariant 1). bytes: what a rank
- * sends in all, headers' round included. */
+ * from (n, k, nranks, value_bits) alone (invariant 1). An all-to-all
+ * message is a send payload without its 32-byte header (body bytes): the
+ * headers' round has already agreed on the step and the count, so the owner
+ * rebuilds it. bytes: what a rank sends in all, headers' round included. */
 typedef struct {
     uint64_t cap, keep;
     dgc_compact_layout send, pick;
+    uint64_t body;
     uint64_t bytes;
 } dgc_region_plan;
 

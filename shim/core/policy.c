@@ -91,10 +91,11 @@ void dgc_policy_regions(uint64_t n, uint64_t k, unsigned value_bits, int nranks,
     out->cap = twice < k ? twice : k;
     dgc_compact_layout_for(n, out->cap, value_bits, &out->send);
     dgc_compact_layout_for(n, out->keep, 32, &out->pick);
-    /* The headers' round, the all-to-all (one payload to each other owner)
-     * and the ring all-gather of the selections (each owner's to each other
-     * rank). */
-    out->bytes = others * (sizeof(dgc_wire_header) + out->send.bytes + out->pick.bytes);
+    out->body = out->send.bytes - sizeof(dgc_wire_header);
+    /* The headers' round, the all-to-all (one headerless payload to each
+     * other owner) and the ring all-gather of the selections (each owner's
+     * to each other rank: headers kept, they carry DGC_WIRE_FAILED). */
+    out->bytes = others * (sizeof(dgc_wire_header) + out->body + out->pick.bytes);
 }
 
 void dgc_policy_bounds_equal(uint64_t n, int nranks, uint32_t *bounds) {

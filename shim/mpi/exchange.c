@@ -375,7 +375,7 @@ int dgc_mpi_exchange(dgc_comm *c, dgc_buffer *b, int local, const float *g, floa
     l.reduce = plan->transport == DGC_TRANSPORT_REDUCE;
     if (l.reduce) {
         dgc_policy_regions(p->n, p->k, p->value_bits, p->nranks, &l.rp);
-        l.share = (size_t)(sizeof(dgc_wire_header) + l.rp.send.bytes + l.rp.pick.bytes);
+        l.share = (size_t)(sizeof(dgc_wire_header) + l.rp.body + l.rp.pick.bytes);
     }
     /* The dense and reduce transports always send the headers first. */
     l.whole = !l.dense && !l.reduce && l.bytes <= c->head;

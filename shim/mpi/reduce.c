@@ -3,7 +3,10 @@
  * rank (policy.h, dgc_policy_bounds_*):
  *   1. each rank sends each owner, in one all-to-all of fixed-size compact
  *      payloads, at most cap of its selected pairs in the owner's region
- *      (the largest; the rest stay in its residual, uncommitted);
+ *      (the largest; the rest stay in its residual, uncommitted); the
+ *      payloads travel without their headers, which the owner rebuilds from
+ *      what the headers' round agreed (a header per peer is most of what
+ *      grows with the number of ranks);
  *   2. each owner sums what it received in rank order (fp32) and selects the
  *      keep largest sums;
  *   3. one all-gather of the owners' selections (32-bit values: the sums
@@ -33,8 +36,9 @@ static size_t up8(size_t x) { return (x + 7) & ~(size_t)7; }
 
 /* The scratch's areas (dgc_mpi_reduce_scratch). */
 typedef struct {
-    char *send, *recv; /* nranks compact payloads each, laid out as rp->send */
-    char *plain;       /* nranks plain payloads of cap slots: the received ones, then the selections */
+    char *send, *recv; /* nranks headerless payloads each (rp->body bytes; send has a header's slack) */
+    char *one;         /* one received payload with its header rebuilt (rp->send.bytes) */
+    char *plain;       /* one plain payload of cap slots: a region's pairs, a received payload, a selection */
     uint32_t *cand;    /* the owner's candidates: every index received, then the distinct ones */
     float *mag;        /* their |sums| */
     unsigned char *keep; /* per selected pair of this rank: 1 when sent, then when committed */
@@ -44,10 +48,10 @@ typedef struct {
 
 static size_t carve(areas *a, char *base, const dgc_region_plan *rp, int nranks, uint64_t k) {
     const size_t n = (size_t)nranks, plain = dgc_wire_bytes(rp->cap);
-    const size_t sizes[] = {n * rp->send.bytes, n * rp->send.bytes, n * plain, n * rp->cap * 4, n * rp->cap * 4,
-                            (size_t)k, n * rp->keep * 4, dgc_wire_bytes(rp->keep)};
-    char **at[] = {&a->send, &a->recv, &a->plain, (char **)&a->cand, (char **)&a->mag, (char **)&a->keep,
-                   (char **)&a->sel, &a->pick};
+    const size_t sizes[] = {n * rp->body + sizeof(dgc_wire_header), n * rp->body, rp->send.bytes, plain,
+                            n * rp->cap * 4, n * rp->cap * 4, (size_t)k, n * rp->keep * 4, dgc_wire_bytes(rp->keep)};
+    char **at[] = {&a->send, &a->recv, &a->one, &a->plain, (char **)&a->cand, (char **)&a->mag,
+                   (char **)&a->keep, (char **)&a->sel, &a->pick};
     size_t off = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
         if (base) *at[i] = base + off;
@@ -104,6 +108,16 @@ static void mark_largest(const float *val, uint64_t lo, uint64_t hi, uint64_t ca
     }
 }
 
+/* Encodes the plain payload a->plain as region r's message: the whole
+ * payload at r's place, then its body moved over the header (the area's
+ * slack takes the last one's overhang). */
+static int encode_body(const dgc_region_plan *rp, int r, areas *a) {
+    char *at = a->send + (size_t)r * rp->body;
+    if (dgc_compact_encode(a->plain, &rp->send, at) != 0) return -1;
+    memmove(at, at + sizeof(dgc_wire_header), (size_t)rp->body);
+    return 0;
+}
+
 /* Step 1: this rank's pairs, region by region, encoded into a->send. */
 static void split(const dgc_buffer *b, const dgc_step_params *p, const dgc_region_plan *rp, const uint32_t *bounds,
                   int nranks, areas *a) {
@@ -121,14 +135,14 @@ static void split(const dgc_buffer *b, const dgc_step_params *p, const dgc_regio
         for (uint64_t i = lo; i < j; i++)
             if (a->keep[i]) ri[c] = idx[i], rv[c] = val[i], c++;
         plain_of(a->plain, p->step, p->n, rp->cap, ri, rv, c);
-        if (dgc_compact_encode(a->plain, &rp->send, a->send + (size_t)r * rp->send.bytes) != 0) {
+        if (encode_body(rp, r, a) != 0) {
             /* Cannot happen (the engine's pairs are sorted and on their
              * grid); were it to, the region's pairs stay behind, whole. */
             DGC_ERROR("a region's pairs of a %llu-element buffer could not be encoded (a bug): kept in the "
                       "residual", (unsigned long long)p->n);
             memset(a->keep + lo, 0, (size_t)(j - lo));
             plain_of(a->plain, p->step, p->n, rp->cap, ri, rv, 0);
-            dgc_compact_encode(a->plain, &rp->send, a->send + (size_t)r * rp->send.bytes);
+            encode_body(rp, r, a);
         }
     }
     memset(a->keep + j, 0, (size_t)(m - j)); /* none: the last bound is n */
@@ -144,21 +158,14 @@ static int cmp_u32(const void *x, const void *y) {
  * Returns the number of candidates, or -1 with err. */
 static int64_t owner_sum(const dgc_step_params *p, const dgc_region_plan *rp, int nranks, uint32_t lo, uint32_t hi,
                          areas *a, float *work, char *err, size_t errlen) {
-    const size_t plain = dgc_wire_bytes(rp->cap);
-    int nonfinite;
-    for (int r = 0; r < nranks; r++)
-        if (dgc_compact_expand(a->recv + (size_t)r * rp->send.bytes, &rp->send, r, a->plain + (size_t)r * plain, err,
-                               errlen))
-            return -1;
-    if (dgc_wire_check_headers(a->plain, plain, nranks, p->step, p->n, rp->cap, &nonfinite, err, errlen) ||
-        nonfinite) {
-        if (nonfinite) snprintf(err, errlen, "a region's payload carries the non-finite flag, which it cannot");
-        return -1;
-    }
+    const dgc_wire_header h = {DGC_WIRE_MAGIC, 0, p->step, p->n, rp->cap};
+    memcpy(a->one, &h, sizeof h);
     uint64_t m = 0;
     for (int r = 0; r < nranks; r++) {
-        char *pl = a->plain + (size_t)r * plain;
-        const uint64_t c = compact_count(a->recv + (size_t)r * rp->send.bytes);
+        char *pl = a->plain;
+        memcpy(a->one + sizeof h, a->recv + (size_t)r * rp->body, (size_t)rp->body);
+        if (dgc_compact_expand(a->one, &rp->send, r, pl, err, errlen)) return -1;
+        const uint64_t c = compact_count(a->one);
         const uint32_t *idx = dgc_wire_indices(pl);
         const float *val = dgc_wire_values(pl, rp->cap);
         for (uint64_t j = 0; j < c; j++) {
@@ -246,7 +253,7 @@ int dgc_mpi_reduce(dgc_buffer *b, float *work, const dgc_step_params *p, const d
     uint32_t *bounds = b->bounds;
     if (!balanced || b->bounds_step != p->step) dgc_policy_bounds_equal(p->n, nranks, bounds);
     split(b, p, rp, bounds, nranks, &a);
-    const int send_words = (int)(rp->send.bytes / 8), pick_words = (int)(rp->pick.bytes / 8);
+    const int send_words = (int)(rp->body / 8), pick_words = (int)(rp->pick.bytes / 8);
     int rc = PMPI_Alltoall(a.send, send_words, MPI_UINT64_T, a.recv, send_words, MPI_UINT64_T, comm);
     if (rc != MPI_SUCCESS) return rc;
     char own_err[256] = "";
