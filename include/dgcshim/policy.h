@@ -57,8 +57,8 @@ void dgc_transport_bytes_for(uint64_t n, unsigned elem_bytes, uint64_t k, unsign
 
 /* The transport of a call (DGC_TRANSPORT_SPARSE, _DENSE or _REDUCE): what
  * cfg->transport forces (_REDUCE only with 2 ranks or more, and only where
- * it sends fewer bytes than _DENSE, which takes its place otherwise: the
- * warm-up's densest stages; auto never chooses it), else (auto) the sparse
+ * it sends fewer bytes than _DENSE, which takes its place otherwise: small
+ * buffers on many ranks, whose headers outweigh them; auto never chooses it), else (auto) the sparse
  * all-gather only when it
  * sends fewer bytes than the dense transport (a tie goes dense, which needs
  * no gathered buffer). A function of (n, elem_bytes, k, nranks,

@@ -8,11 +8,14 @@
  * the reference bit for bit. Steps the shim sends by the dense transport
  * (reduce falls back to it when it would send more bytes: the warm-up's
  * dense stages) are compared within a tolerance, since MPI sums those in its
- * own order; which transport a step takes is the shim's policy (the one
+ * own order, and so is the first reduce step after one when momentum is
+ * compensated (S_{t-1} came from MPI's sum); --expect-change 1: the
+ * transport must change between steps at least once, with momentum; which transport a step takes is the shim's policy (the one
  * thing taken from the library), everything else is written here.
  *
  *   reduce_check [--n N] [--steps S] [--sparsity X] [--warmup W] [--momentum M]
  *                [--shape plain|skewed|hole] [--nonfinite-step S] [--nomem-headroom MB]
+ *                [--expect-change 0|1]
  *
  * skewed: every rank's gradient is large in the first 1/(4N) of the buffer
  * only, so its pairs crowd one region and overflow its room (cap); hole:
@@ -33,7 +36,7 @@
 #include "test_common.h"
 
 typedef struct {
-    long n, steps, warmup, nonfinite_step, nomem_headroom;
+    long n, steps, warmup, nonfinite_step, nomem_headroom, expect_change;
     double sparsity, momentum;
     const char *shape;
 } options;
@@ -198,6 +201,7 @@ static void parse(int argc, char **argv) {
         else if (!strcmp(k, "--shape")) o.shape = v;
         else if (!strcmp(k, "--nonfinite-step")) o.nonfinite_step = atol(v);
         else if (!strcmp(k, "--nomem-headroom")) o.nomem_headroom = atol(v);
+        else if (!strcmp(k, "--expect-change")) o.expect_change = atol(v);
         else fail("unknown option %s", k);
     }
 }
@@ -222,7 +226,8 @@ int main(int argc, char **argv) {
     float *prev = calloc((size_t)n, sizeof *prev);
     long *order = malloc((size_t)n * sizeof *order), *tmp = malloc((size_t)n * sizeof *tmp);
     long *sel_all = malloc((size_t)n * sizeof *sel_all), *bounds = malloc(((size_t)nranks + 1) * sizeof *bounds);
-    long balanced_for = -1, reduce_steps = 0, overflowed = 0, empty_owner = 0;
+    long balanced_for = -1, reduce_steps = 0, overflowed = 0, empty_owner = 0, switches = 0;
+    int prev_reduce = -1, changed_compensated = 0; /* the previous step's transport: a change is the warm-up's dense stages ending */
     int prev_exact = 1; /* S_{t-1} came from a reduce step (or there is none) */
     const float mom = (float)o.momentum;
     for (long s = 0; s < o.steps; s++) {
@@ -265,6 +270,9 @@ int main(int argc, char **argv) {
             plain_step(st, want);
             balanced_for = -1;
         }
+        switches += prev_reduce >= 0 && reduce != prev_reduce;
+        changed_compensated |= prev_reduce >= 0 && reduce != prev_reduce && mom != 0.0f;
+        prev_reduce = reduce;
         int exact = reduce && (mom == 0.0f || prev_exact);
         for (long i = 0; i < n; i++) {
             float sum = want[i];
@@ -280,9 +288,12 @@ int main(int argc, char **argv) {
     if (reduce_steps == 0) fail("no step went by the reduce transport");
     if (!strcmp(o.shape, "skewed") && overflowed == 0) fail("no region overflowed its room");
     if (!strcmp(o.shape, "hole") && empty_owner == 0) fail("no owner received nothing");
+    if (o.expect_change && (switches == 0 || !changed_compensated))
+        fail("no change of transport between steps with the compensation across it (%ld changes)", switches);
     if (rank == 0 && o.nomem_headroom > 0) printf("PASS reduce: every rank got MPI_ERR_NO_MEM, then the reference\n");
     if (rank == 0)
         printf("PASS reduce n=%ld steps=%ld ranks=%d shape=%s: %ld reduce steps, %ld pairs left behind, %ld empty "
-               "regions\n", n, o.steps, nranks, o.shape, reduce_steps, overflowed, empty_owner);
+               "regions, %ld changes of transport\n", n, o.steps, nranks, o.shape, reduce_steps, overflowed, empty_owner,
+               switches);
     return MPI_Finalize();
 }
