@@ -80,9 +80,10 @@ uint64_t dgc_state_size(const dgc_state *s);
 size_t dgc_state_bytes(const dgc_state *s);
 
 /* Bytes a state for n elements will hold once it has compressed with k
- * slots: the arrays and the candidate room (the sample scratch, a small
- * fraction, aside). What a memory budget is checked against. */
-size_t dgc_state_footprint(uint64_t n, int with_momentum, uint64_t k);
+ * slots and sample_ratio: the arrays, the candidate room and the sample
+ * scratch (the exact fallback keeps none). What a memory budget is checked
+ * against. */
+size_t dgc_state_footprint(uint64_t n, int with_momentum, uint64_t k, double sample_ratio);
 
 /* The residual v and momentum u as committed (u is NULL without momentum). */
 const float *dgc_state_residual(const dgc_state *s);

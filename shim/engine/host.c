@@ -107,11 +107,19 @@ size_t dgc_state_bytes(const dgc_state *s) {
            array_bytes(s->scratch_cap, sizeof(float));
 }
 
-size_t dgc_state_footprint(uint64_t n, int with_momentum, uint64_t k) {
-    /* The sample scratch is left out: it is a heap of about 2k * ratio
-     * values, or the sample itself, a fraction of the arrays above. */
+/* The sample scratch sampled_threshold keeps: a heap of the want largest,
+ * or the whole sample (warm-up's large k, or a ratio near 1). */
+static uint64_t sample_scratch(uint64_t n, uint64_t k, double sample_ratio) {
+    dgc_sample_plan sp;
+    dgc_sample_plan_for(n, k, sample_ratio, &sp);
+    return sp.want * HEAP_FACTOR <= sp.count ? sp.want : sp.count;
+}
+
+size_t dgc_state_footprint(uint64_t n, int with_momentum, uint64_t k, double sample_ratio) {
+    /* The exact fallback needs no scratch (select_exact reads v in place). */
     return sizeof(dgc_state) + (with_momentum ? 4 : 2) * array_bytes(n, sizeof(float)) +
-           2 * array_bytes(dgc_candidate_cap(n, k), sizeof(uint32_t));
+           2 * array_bytes(dgc_candidate_cap(n, k), sizeof(uint32_t)) +
+           array_bytes(sample_scratch(n, k, sample_ratio), sizeof(float));
 }
 
 uint64_t dgc_state_size(const dgc_state *s) { return s->n; }
@@ -231,7 +239,7 @@ static int sampled_threshold(dgc_state *s, const float *g, float scale, const dg
     /* A small want (the usual case) keeps a heap of the want largest as the
      * sample is drawn; a large one (warm-up, ratio 1) stores the sample and
      * runs quickselect on it. */
-    int use_heap = sp.want * HEAP_FACTOR <= sp.count;
+    int use_heap = sp.want * HEAP_FACTOR <= sp.count; /* sample_scratch's rule */
     if (fit((void **)&s->scratch, &s->scratch_cap, use_heap ? sp.want : sp.count, sizeof(float))) return -1;
     dgc_topk_heap heap;
     dgc_topk_heap_init(&heap, s->scratch, sp.want);
@@ -270,18 +278,19 @@ static uint32_t stream_update(dgc_state *s, const float *g, float *zero, float s
     return (r & DGC_STREAM_NONFINITE) != 0;
 }
 
-/* Exact top k of the updated |v|, for when the sampled threshold was far off. */
+/* Exact top k of the updated |v|, for when the sampled threshold was far
+ * off. A radix select that only reads v: an n-float copy to quickselect in
+ * would be memory the state's footprint (and DGC_MAX_STATE_MB) leaves out. */
 static int select_exact(dgc_state *s, uint64_t k) {
-    uint64_t n = s->n;
-    if (fit((void **)&s->scratch, &s->scratch_cap, n, sizeof(float))) return -1;
-    for (uint64_t i = 0; i < n; i++) s->scratch[i] = fabsf(s->v_next[i]);
-    float t = dgc_topk_kth_largest(s->scratch, n, k - 1);
+    const uint64_t n = s->n;
+    size_t above_t;
+    const float t = dgc_topk_kth_largest_abs(s->v_next, (size_t)n, (size_t)(k - 1), &above_t);
     /* Every |v| above t (fewer than k) and the first ties at t that fit (none
      * when t is 0), in one pass in index order: the compact encoding needs
      * sorted indices, and a second pass for the ties would put them after
      * larger values at higher indices. */
-    uint64_t above = 0, c = 0;
-    for (uint64_t i = 0; i < n; i++) above += fabsf(s->v_next[i]) > t;
+    const uint64_t above = above_t;
+    uint64_t c = 0;
     uint64_t ties = t > 0 ? k - above : 0;
     for (uint64_t i = 0; i < n && c < k; i++) {
         const float a = fabsf(s->v_next[i]);

@@ -493,6 +493,40 @@ Test(engine_select, overflowing_ties_stay_in_index_order) {
     dgc_state_destroy(s);
 }
 
+/* DGC_MAX_STATE_MB is checked against dgc_state_footprint before a state
+ * exists: what the state then holds must stay within it, through the exact
+ * fallback (ties past the candidate room; found by a tester: its n-float
+ * copy took a 2 MB budget to 2.7 MB), a whole-buffer sample (ratio 1) and
+ * the warm-up's larger k first. */
+Test(engine_state, footprint_bounds_what_the_state_holds) {
+    const size_t n = 200000;
+    static const double ratios[] = {1.0, 0.01};
+    static const uint64_t ks[] = {50000, 200}; /* the warm-up's first k, then the target's */
+    float *g = alloc_floats(n);
+    void *payload = alloc_payload(ks[0]);
+    for (int momentum = 0; momentum <= 1; momentum++)
+        for (size_t r = 0; r < 2; r++)
+            for (int tied = 0; tied <= 1; tied++) {
+                dgc_state *s = dgc_state_create(n, momentum);
+                cr_assert(s);
+                const size_t bound = dgc_state_footprint(n, momentum, ks[0], ratios[r]);
+                for (uint64_t step = 0; step < 4; step++) {
+                    for (size_t i = 0; i < n; i++) g[i] = tied ? (float)(i % 7) : (float)((i * 2654435761u) % 1000) - 500.0f;
+                    const uint64_t k = ks[step >= 2];
+                    dgc_step_params p = plain_params(step, k, ratios[r]);
+                    p.momentum = momentum ? 0.9f : 0.0f;
+                    cr_assert_eq(dgc_compress(s, g, &p, payload), 0);
+                    dgc_commit(s, &p);
+                    cr_assert_leq(dgc_state_bytes(s), bound,
+                                  "momentum %d ratio %g tied %d step %llu: holds %zu bytes, footprint %zu", momentum,
+                                  ratios[r], tied, (unsigned long long)step, dgc_state_bytes(s), bound);
+                }
+                dgc_state_destroy(s);
+            }
+    free(payload);
+    free(g);
+}
+
 Test(engine_select, fewer_nonzeros_than_k_sends_just_those_and_pads) {
     const size_t n = 1000;
     const uint64_t k = 10;
