@@ -113,20 +113,37 @@ static void warn_fusion(dgc_comm *c, const void *key, const void *rb, uint64_t c
              rb, (unsigned long long)counts, (unsigned long long)count);
 }
 
+/* What a new state for the call planned will hold, each block as the page
+ * allocator rounds it (blocks of 2 MiB and more to whole huge pages): the
+ * engine's state, this rank's plain payload, the wire buffer (its compact
+ * payload and every rank's), with compensation the last step's, and the
+ * reduce transport's scratch and bounds. The first call's k is the largest
+ * (the warm-up only lowers it). */
+static size_t state_estimate(const dgc_plan *plan, int nranks, const dgc_config *cfg) {
+    const dgc_step_params *p = &plan->p;
+    const int momentum = cfg->momentum > 0;
+    const size_t ranks = (size_t)nranks;
+    size_t est = sizeof(dgc_buffer) + dgc_state_footprint(p->n, momentum, p->k, p->sample_ratio) +
+                 dgc_pages_footprint(dgc_wire_bytes(p->k)) + dgc_pages_footprint(plan->code.bytes * (ranks + 1));
+    if (momentum && cfg->compensate) est += dgc_pages_footprint(plan->code.bytes * (ranks + 1));
+    if (plan->transport == DGC_TRANSPORT_REDUCE) {
+        dgc_region_plan rp;
+        dgc_policy_regions(p->n, p->k, p->value_bits, nranks, &rp);
+        est += dgc_pages_footprint(dgc_mpi_reduce_scratch(&rp, nranks, p->k)) + (ranks + 1) * sizeof(uint32_t);
+    }
+    return est;
+}
+
 /* The buffer entry of this call, and how this rank takes part. */
-static int find_state(dgc_comm *c, const void *sb, const void *rb, const dgc_step_params *p, int nranks,
+static int find_state(dgc_comm *c, const void *sb, const void *rb, const dgc_plan *plan, int nranks,
                       const dgc_config *cfg, dgc_buffer **b) {
+    const dgc_step_params *p = &plan->p;
     const void *key = sb == MPI_IN_PLACE ? NULL : sb;
     *b = dgc_registry_find(c, key, rb, p->n);
     dgc_registry_free_idle(c, cfg->state_idle_calls);
     if (*b) return DGC_PART_STATE;
-    int momentum = cfg->momentum > 0;
-    /* The state, this rank's plain payload, the wire buffer (its compact
-     * payload and every rank's), and with compensation the last step's. */
-    dgc_compact_layout code;
-    dgc_compact_layout_for(p->n, p->k, p->value_bits, &code);
-    size_t est = dgc_state_footprint(p->n, momentum, p->k) + dgc_wire_bytes(p->k) +
-                 code.bytes * (1 + (size_t)nranks * (momentum && cfg->compensate ? 2 : 1));
+    const int momentum = cfg->momentum > 0;
+    const size_t est = state_estimate(plan, nranks, cfg);
     size_t budget = (size_t)cfg->max_state_mb << 20;
     dgc_create_result r = dgc_registry_create(c, key, rb, p->n, momentum, est, budget, b);
     if (r == DGC_OVER_BUDGET) {
@@ -161,7 +178,7 @@ static int compressed(const void *sb, void *rb, uint64_t count, MPI_Comm comm, i
     io_view v;
     dgc_buffer *b = NULL;
     int local = DGC_PART_FAILED;
-    if (view_open(&v, sb, rb, count) == 0) local = find_state(c, sb, rb, &plan.p, nranks, cfg, &b);
+    if (view_open(&v, sb, rb, count) == 0) local = find_state(c, sb, rb, &plan, nranks, cfg, &b);
     else DGC_ERROR("no memory for an aligned copy of a misaligned %llu-element buffer", (unsigned long long)count);
     rc = dgc_mpi_exchange(c, b, local, v.g, v.work, &plan, comm, cfg);
     view_close(&v, rc == MPI_SUCCESS);
