@@ -379,9 +379,11 @@ int dgc_mpi_exchange(dgc_comm *c, dgc_buffer *b, int local, const float *g, floa
     }
     /* The dense and reduce transports always send the headers first. */
     l.whole = !l.dense && !l.reduce && l.bytes <= c->head;
-    DGC_DEBUG("step %llu, %llu elements, k %llu: %s transport (bytes a rank sends: sparse all-gather %llu, dense %llu)",
+    DGC_DEBUG("step %llu, %llu elements, k %llu: %s transport (bytes a rank sends: sparse all-gather %llu, dense %llu, "
+              "reduce %llu)",
               (unsigned long long)p->step, (unsigned long long)p->n, (unsigned long long)p->k,
-              l.dense ? "dense" : "sparse", (unsigned long long)tb.sparse, (unsigned long long)tb.dense);
+              l.dense ? "dense" : l.reduce ? "reduce" : "sparse", (unsigned long long)tb.sparse,
+              (unsigned long long)tb.dense, (unsigned long long)tb.reduce);
     double t0 = now();
     local = prepare(b, local, g, work, p, &l, cfg);
     double engine_seconds = now() - t0;
