@@ -17,8 +17,10 @@ typedef struct {
     uint64_t last_wire_bytes; /* the payload of the latest call: after warm-up, the steady state */
     double engine_seconds;   /* compress + decode + commit, excluding the exchange */
     uint64_t dense_transport; /* of the calls, those whose pairs went by the dense transport */
+    uint64_t reduce_transport; /* of the calls, those that went by the reduce transport (MPI path) */
     uint64_t last_k;         /* the latest call's k: its density is last_k / count */
     int last_dense;          /* the latest call went by the dense transport */
+    int last_reduce;         /* the latest call went by the reduce transport */
 } dgc_buffer_stats;
 
 /* dense_bytes / wire_bytes, 0 when nothing was sent. */

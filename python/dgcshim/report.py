@@ -11,7 +11,7 @@ import os
 # The report's words for each cause of a failed call (core/registry.c).
 CAUSES = (("memory", "for memory"), ("misalignment", "for misalignment"), ("engine", "for the engine"),
           ("peer", "for a peer's failure"), ("bad_payload", "for a bad payload"))
-SUMMED = ("calls", "nonfinite", "dense_bytes", "wire_bytes", "engine_seconds", "dense_transport")
+SUMMED = ("calls", "nonfinite", "dense_bytes", "wire_bytes", "engine_seconds", "dense_transport", "reduce_transport")
 
 
 def load(path):
@@ -48,7 +48,10 @@ def header():
 
 def row(label, count, s):
     last = "%.1fx" % last_ratio(s) if count else "-"
-    transport = "s%d/d%d" % (s["calls"] - s["dense_transport"], s["dense_transport"])
+    reduce = s.get("reduce_transport", 0)
+    transport = "s%d/d%d" % (s["calls"] - s["dense_transport"] - reduce, s["dense_transport"])
+    if reduce:
+        transport += "/r%d" % reduce
     return "%-18s %12d %8d %9d %14d %12d %8.1fx %10s %11.3f %15s" % (
         label, count, s["calls"], s["nonfinite"], s["dense_bytes"], s["wire_bytes"], ratio(s), last,
         s["engine_seconds"] * 1e3, transport)
@@ -62,13 +65,13 @@ def table(rec):
     for b in rec["buffers"]:
         lines.append(row(b["buffer"] + ("" if b["live"] else "*"), b["count"], b))
         for k in SUMMED:
-            total[k] += b[k]
+            total[k] += b.get(k, 0)
         freed += not b["live"]
     u = rec["freed_unkeyed"]
     if u["states"]:
         lines.append(row("freed(%d)" % u["states"], 0, u))
         for k in SUMMED:
-            total[k] += u[k]
+            total[k] += u.get(k, 0)
     lines.append(row("total", 0, total))
     if freed:
         lines.append("*: %d buffer%s whose states were freed before this report (communicator freed, or idle for "

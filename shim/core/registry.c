@@ -197,6 +197,7 @@ static void keep_released_stats(const dgc_buffer *b) {
             r->stats.last_wire_bytes = b->stats.last_wire_bytes;
             r->stats.last_k = b->stats.last_k;
             r->stats.last_dense = b->stats.last_dense;
+            r->stats.last_reduce = b->stats.last_reduce;
         }
         r->states++;
     } else {

@@ -21,6 +21,7 @@ void dgc_stats_add(dgc_buffer_stats *a, const dgc_buffer_stats *b) {
     a->wire_bytes += b->wire_bytes;
     a->engine_seconds += b->engine_seconds;
     a->dense_transport += b->dense_transport;
+    a->reduce_transport += b->reduce_transport;
 }
 
 void dgc_stats_label(const void *buf, const void *send, const char *mark, char *out, size_t len) {
@@ -36,10 +37,14 @@ void dgc_stats_header(char *buf, size_t len) {
 void dgc_stats_row(const char *label, uint64_t count, const dgc_buffer_stats *s, char *buf, size_t len) {
     char last[16] = "-";
     if (count) snprintf(last, sizeof last, "%.1fx", dgc_stats_last_ratio(s));
-    /* The transport column: calls by the sparse all-gather / by the dense one. */
-    char transport[40];
-    snprintf(transport, sizeof transport, "s%llu/d%llu", (unsigned long long)(s->calls - s->dense_transport),
-             (unsigned long long)s->dense_transport);
+    /* The transport column: calls by the sparse all-gather / by the dense
+     * one, then / by the reduce transport where some went by it. */
+    char transport[64];
+    int w = snprintf(transport, sizeof transport, "s%llu/d%llu",
+                     (unsigned long long)(s->calls - s->dense_transport - s->reduce_transport),
+                     (unsigned long long)s->dense_transport);
+    if (s->reduce_transport && w > 0 && (size_t)w < sizeof transport)
+        snprintf(transport + w, sizeof transport - (size_t)w, "/r%llu", (unsigned long long)s->reduce_transport);
     snprintf(buf, len, "%-18s %12llu %8llu %9llu %14llu %12llu %8.1fx %10s %11.3f %15s", label,
              (unsigned long long)count, (unsigned long long)s->calls, (unsigned long long)s->nonfinite,
              (unsigned long long)s->dense_bytes, (unsigned long long)s->wire_bytes, dgc_stats_ratio(s), last,

@@ -43,10 +43,12 @@ static void put(line *l, const char *fmt, ...) {
 
 static void put_stats(line *l, const dgc_buffer_stats *s) {
     put(l, "\"calls\":%llu,\"nonfinite\":%llu,\"dense_bytes\":%llu,\"wire_bytes\":%llu,\"last_wire_bytes\":%llu,"
-           "\"ratio\":%.6g,\"last_ratio\":%.6g,\"engine_seconds\":%.17g,\"dense_transport\":%llu",
+           "\"ratio\":%.6g,\"last_ratio\":%.6g,\"engine_seconds\":%.17g,\"dense_transport\":%llu,"
+           "\"reduce_transport\":%llu",
         (unsigned long long)s->calls, (unsigned long long)s->nonfinite, (unsigned long long)s->dense_bytes,
         (unsigned long long)s->wire_bytes, (unsigned long long)s->last_wire_bytes, dgc_stats_ratio(s),
-        dgc_stats_last_ratio(s), s->engine_seconds, (unsigned long long)s->dense_transport);
+        dgc_stats_last_ratio(s), s->engine_seconds, (unsigned long long)s->dense_transport,
+        (unsigned long long)s->reduce_transport);
 }
 
 typedef struct {
@@ -64,7 +66,7 @@ static void put_row(const dgc_report_row *r, void *ctx) {
     put_stats(c->l, &r->stats);
     double density = r->count && r->stats.calls ? (double)r->stats.last_k / (double)r->count : 0;
     put(c->l, ",\"last_density\":%.6g,\"last_transport\":\"%s\"}", density,
-        !r->stats.calls ? "none" : r->stats.last_dense ? "dense" : "sparse");
+        !r->stats.calls ? "none" : r->stats.last_dense ? "dense" : r->stats.last_reduce ? "reduce" : "sparse");
     c->first = 0;
 }
 

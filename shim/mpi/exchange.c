@@ -255,8 +255,10 @@ static void count_call(dgc_buffer *b, const layout *l, uint64_t k, double second
     b->stats.wire_bytes += sent;
     b->stats.last_wire_bytes = sent;
     b->stats.dense_transport += l->dense != 0;
+    b->stats.reduce_transport += l->reduce != 0;
     b->stats.last_k = k;
     b->stats.last_dense = l->dense != 0;
+    b->stats.last_reduce = l->reduce != 0;
     dgc_stats_file_tick();
 }
 

@@ -15,7 +15,8 @@ set(EXACT -e DGC_SAMPLE_RATIO=1 -e DGC_SPARSITY=0.99)
 # transport between steps with compensation: at 100 elements on 8 ranks the
 # warm-up's first stage (density 1/4) goes by the dense transport, where
 # reduce's 80 bytes a peer of headers would send more, and the later ones by
-# reduce, which then subtracts m times the dense step's sum.
+# reduce, which then subtracts m times the dense step's sum; DGC_STATS's
+# transport column counts both (s0/d4/r20).
 set(REDUCE --check $<TARGET_FILE:reduce_check> ${EXACT} -e DGC_VALUE_BITS=32 -e DGC_TRANSPORT=reduce)
 foreach(np 2 3 5 8)
   mpi_case(reduce_n${np} -n ${np} ${REDUCE} -- --n 20011 --steps 30)
@@ -26,6 +27,7 @@ mpi_case(reduce_nonfinite -n 3 ${REDUCE} -- --nonfinite-step 4 --steps 12)
 mpi_case(reduce_warmup_momentum -n 4 ${REDUCE} -e DGC_MOMENTUM=0.9 -e DGC_WARMUP_STEPS=12
          -- --momentum 0.9 --warmup 12 --steps 30)
 mpi_case(reduce_transport_change -n 8 ${REDUCE} -e DGC_MIN_ELEMENTS=1 -e DGC_MOMENTUM=0.9 -e DGC_WARMUP_STEPS=12
+         -e DGC_STATS=1 --grep "STATS total .* s0/d4/r20$"
          -- --n 100 --momentum 0.9 --warmup 12 --steps 24 --expect-change 1)
 
 mpi_case(reference_plain ${EXACT} -- reference --sparsity 0.99)
