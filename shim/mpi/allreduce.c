@@ -182,6 +182,11 @@ static int compressed(const void *sb, void *rb, uint64_t count, MPI_Comm comm, i
     else DGC_ERROR("no memory for an aligned copy of a misaligned %llu-element buffer", (unsigned long long)count);
     rc = dgc_mpi_exchange(c, b, local, v.g, v.work, &plan, comm, cfg);
     view_close(&v, rc == MPI_SUCCESS);
+    /* A failed call changed no state, and it fails on every rank (ranks whose
+     * calls disagreed, different counts, fail alike): each gives its own
+     * step back, so that the counters meet again and the next well-formed
+     * call works, instead of failing for ever on steps taken apart. */
+    if (rc != MPI_SUCCESS) dgc_registry_undo_step(c, count);
     return rc;
 }
 
@@ -189,8 +194,14 @@ int dgc_mpi_try_compressed(const void *sb, void *rb, MPI_Count count, MPI_Dataty
     const dgc_config *cfg = dgc_config_current();
     if (is_candidate(cfg, dt, op, count)) {
         int n = intra_size(comm);
-        if (dgc_policy_compressible(cfg, (uint64_t)count, n)) return compressed(sb, rb, (uint64_t)count, comm, n, cfg);
+        if (dgc_policy_compressible(cfg, (uint64_t)count, n)) {
+            int rc = compressed(sb, rb, (uint64_t)count, comm, n, cfg);
+            if (rc != DGC_MPI_PASS) return rc;
+        }
     }
+    /* Every call that goes on to PMPI_Allreduce is counted, also the ones
+     * compressed() hands back (a communicator's count table full, a payload
+     * too large for one all-gather). */
     if (dgc_config_counts(cfg)) {
         int size = 0;
         if (PMPI_Type_size(dt, &size) != MPI_SUCCESS || size < 0) size = 0;

@@ -405,9 +405,8 @@ int dgc_mpi_exchange(dgc_comm *c, dgc_buffer *b, int local, const float *g, floa
         DGC_ERROR("%s", err);
         return dgc_mpi_fail(comm, MPI_ERR_OTHER);
     }
-    if (sum.failed) {
+    if (sum.failed) { /* the caller gives the step back, as for every failed call */
         abandon(b, local);
-        dgc_registry_undo_step(c, p->n);
         dgc_registry_count_failed(local == DGC_PART_FAILED ? DGC_FAIL_MEMORY : DGC_FAIL_PEER, 1);
         report_failed(&sum, p->n);
         return dgc_mpi_fail(comm, MPI_ERR_NO_MEM);
