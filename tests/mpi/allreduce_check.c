@@ -4,8 +4,15 @@
  * checked against PMPI_Allreduce, which the shim does not intercept.
  *
  *   allreduce_check reference [options]   DGC result == independent reference
- *                                         (--ties 1: gradients of many equal values)
+ *                                         (--ties 1: gradients of many equal values;
+ *                                         --mismatch-at S: before step S one call whose
+ *                                         count differs between ranks, which must fail
+ *                                         on every rank and leave the steps after it
+ *                                         the reference's, as if it never was)
  *   allreduce_check passthrough [--expect-compressed 0|1]
+ *   allreduce_check distinct [--n K] [--steps M] K calls of K distinct counts (17..K+16),
+ *                                         the last M of them compared with PMPI_Allreduce
+ *                                         bit for bit (past the shim's count table they pass through)
  *   allreduce_check drain [options]       conservation over many steps
  *   allreduce_check stats                 a 1M-element buffer for DGC_STATS
  *   allreduce_check optimizer [--momentum m] [--dump FILE]
@@ -25,7 +32,7 @@
 #include "test_common.h"
 
 typedef struct {
-    long n, steps, warmup, nonfinite_step;
+    long n, steps, warmup, nonfinite_step, mismatch_at;
     double sparsity, momentum, clip;
     int nesterov, masking, inplace, expect_compressed, inf, compensate;
     int misalign; /* bytes past float alignment of the send and receive buffers */
@@ -167,6 +174,23 @@ static void reference_grad(const options *o, float *g, int r, long s) {
     g[o->n - 1] = 2.0f + (float)r;
 }
 
+/* One erroneous call: rank r passes n + 8 r floats (MPI_ERRORS_RETURN, as
+ * mpi4py sets it). Every rank must get an error; nothing may hang. */
+static void call_with_mismatched_count(const options *o) {
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    const long m = o->n + 8L * rank;
+    float *a = calloc((size_t)m, sizeof *a), *b = malloc((size_t)m * sizeof *b);
+    if (!a || !b) fail("no memory");
+    for (long i = 0; i < m; i++) a[i] = (float)((i * 7 + rank) % 13) - 6.0f;
+    int rc = MPI_Allreduce(a, b, (int)m, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    int ok = rc == MPI_SUCCESS, any = 0;
+    MPI_Allreduce(&ok, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (any) fail("the call with counts differing between ranks returned MPI_SUCCESS on some rank (this one: %d)", rc);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    free(a);
+    free(b);
+}
+
 static void mode_reference(const options *o) {
     long n = o->n;
     ref_rank *st = calloc((size_t)nranks, sizeof *st);
@@ -187,6 +211,7 @@ static void mode_reference(const options *o) {
     long nonzero_steps = 0;
     for (long s = 0; s < o->steps; s++) {
         int bad = s == o->nonfinite_step;
+        if (s == o->mismatch_at) call_with_mismatched_count(o);
         reference_grad(o, g, rank, s);
         if (bad && rank == nranks - 1) g[n / 2] = o->inf ? INFINITY : NAN;
         if (o->inplace) {
@@ -299,6 +324,25 @@ static void mode_drain(const options *o) {
     if (rank == 0) printf("PASS drain n=%ld steps=%ld+%ld\n", n, o->steps, zero_steps);
 }
 
+/* ---- many distinct counts: the table of step counters fills ---- */
+static void mode_distinct(const options *o) {
+    const long kinds = o->n, last = o->steps, top = kinds + 16;
+    float *g = malloc((size_t)top * sizeof *g), *out = malloc((size_t)top * sizeof *out);
+    if (!g || !out) fail("no memory");
+    for (long c = 17; c <= top; c++) {
+        for (long i = 0; i < c; i++) g[i] = (float)((i * 31 + c + rank) % 17) - 8.0f;
+        if (c > top - last) {
+            compare_with_pmpi(g, (size_t)c * sizeof *g, (int)c, MPI_FLOAT, MPI_SUM, "a count past the table", 0);
+            continue;
+        }
+        MPI_Allreduce(g, out, (int)c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        check_identical(out, c, MPI_COMM_WORLD, "distinct");
+    }
+    free(g);
+    free(out);
+    if (rank == 0) printf("PASS distinct: %ld counts, the last %ld as PMPI_Allreduce\n", kinds, last);
+}
+
 /* ---- a residual that outgrows fp32 ----
  * Every rank's gradient is --value at every element for --steps steps (a
  * dense sum, nranks x value, that fp32 holds), then ordinary gradients in
@@ -400,7 +444,7 @@ static void mode_stats(void) {
 }
 
 static void parse(int argc, char **argv, options *o) {
-    *o = (options){.n = 40000, .steps = 20, .sparsity = 0.99, .masking = 1, .nonfinite_step = -1,
+    *o = (options){.n = 40000, .steps = 20, .sparsity = 0.99, .masking = 1, .nonfinite_step = -1, .mismatch_at = -1,
                    .expect_compressed = 1};
     /* The reference rounds as the shim is configured to (the environment
      * mpirun gives every rank). */
@@ -419,6 +463,7 @@ static void parse(int argc, char **argv, options *o) {
         else if (!strcmp(k, "--inplace")) o->inplace = atoi(v);
         else if (!strcmp(k, "--misalign")) o->misalign = atoi(v);
         else if (!strcmp(k, "--nonfinite-step")) o->nonfinite_step = atol(v);
+        else if (!strcmp(k, "--mismatch-at")) o->mismatch_at = atol(v);
         else if (!strcmp(k, "--inf")) o->inf = atoi(v);
         else if (!strcmp(k, "--expect-compressed")) o->expect_compressed = atoi(v);
         else if (!strcmp(k, "--compensate")) o->compensate = atoi(v);
@@ -436,6 +481,7 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "compare") != 0) parse(argc, argv, &o);
     if (!strcmp(mode, "reference")) mode_reference(&o);
     else if (!strcmp(mode, "passthrough")) mode_passthrough(&o);
+    else if (!strcmp(mode, "distinct")) mode_distinct(&o);
     else if (!strcmp(mode, "drain")) mode_drain(&o);
     else if (!strcmp(mode, "overflow")) mode_overflow(&o);
     else if (!strcmp(mode, "stats")) mode_stats();

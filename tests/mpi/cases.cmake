@@ -30,6 +30,24 @@ mpi_case(reduce_transport_change -n 8 ${REDUCE} -e DGC_MIN_ELEMENTS=1 -e DGC_MOM
          -e DGC_STATS=1 --grep "STATS total .* s0/d4/r20$"
          -- --n 100 --momentum 0.9 --warmup 12 --steps 24 --expect-change 1)
 
+# An erroneous call whose count differs between ranks (rank r: n + 8 r)
+# fails on every rank, and gives its step back: the calls after it are the
+# reference's. Small sparse payloads travel whole in the first all-gather,
+# whose sizes then differ too: MPI's all-gather fails cleanly on 2 ranks
+# only (docs/mpi.md); headers first (the dense transport, payloads past the
+# first round's room) any number of ranks. Past the communicator's table of
+# 4096 counts, calls pass through and STATS counts each (104 of 4200).
+mpi_case(mismatched_count_recovers -n 2 ${EXACT} --grep "disagrees"
+         -- reference --sparsity 0.99 --n 20000 --steps 8 --mismatch-at 3)
+mpi_case(mismatched_count_recovers_headers_first -e DGC_SAMPLE_RATIO=1 -e DGC_SPARSITY=0.9 --grep "disagrees"
+         -- reference --sparsity 0.9 --n 300000 --steps 6 --mismatch-at 2)
+mpi_case(mismatched_count_recovers_dense ${EXACT} -e DGC_TRANSPORT=dense --grep "disagrees"
+         -- reference --sparsity 0.99 --n 20000 --steps 8 --mismatch-at 3)
+mpi_case(count_table_full_counted -e DGC_MIN_ELEMENTS=1 -e DGC_STATS=1
+         --times 4 "all-reduced 4096 distinct float counts"
+         --grep "STATS pass-through calls 104, compressed calls 4096,"
+         -- distinct --n 4200 --steps 104)
+
 mpi_case(reference_plain ${EXACT} -- reference --sparsity 0.99)
 mpi_case(reference_inplace ${EXACT} -- reference --sparsity 0.99 --inplace 1)
 mpi_case(reference_warmup ${EXACT} -e DGC_WARMUP_STEPS=8 -- reference --sparsity 0.99 --warmup 8)
