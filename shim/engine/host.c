@@ -107,12 +107,18 @@ size_t dgc_state_bytes(const dgc_state *s) {
            array_bytes(s->scratch_cap, sizeof(float));
 }
 
-/* The sample scratch sampled_threshold keeps: a heap of the want largest,
- * or the whole sample (warm-up's large k, or a ratio near 1). */
+/* A small want (the usual case) keeps a heap of the want largest as the
+ * sample is drawn; a large one (warm-up, ratio 1) stores the sample and
+ * runs quickselect on it. */
+static int sample_uses_heap(const dgc_sample_plan *sp) { return sp->want * HEAP_FACTOR <= sp->count; }
+
+/* The floats of sample scratch sampled_threshold keeps: the heap or the whole sample. */
+static uint64_t sample_scratch_of(const dgc_sample_plan *sp) { return sample_uses_heap(sp) ? sp->want : sp->count; }
+
 static uint64_t sample_scratch(uint64_t n, uint64_t k, double sample_ratio) {
     dgc_sample_plan sp;
     dgc_sample_plan_for(n, k, sample_ratio, &sp);
-    return sp.want * HEAP_FACTOR <= sp.count ? sp.want : sp.count;
+    return sample_scratch_of(&sp);
 }
 
 size_t dgc_state_footprint(uint64_t n, int with_momentum, uint64_t k, double sample_ratio) {
@@ -236,11 +242,8 @@ static int sampled_threshold(dgc_state *s, const float *g, float scale, const dg
                              float *thr) {
     dgc_sample_plan sp;
     dgc_sample_plan_for(s->n, p->k, p->sample_ratio, &sp);
-    /* A small want (the usual case) keeps a heap of the want largest as the
-     * sample is drawn; a large one (warm-up, ratio 1) stores the sample and
-     * runs quickselect on it. */
-    int use_heap = sp.want * HEAP_FACTOR <= sp.count; /* sample_scratch's rule */
-    if (fit((void **)&s->scratch, &s->scratch_cap, use_heap ? sp.want : sp.count, sizeof(float))) return -1;
+    const int use_heap = sample_uses_heap(&sp);
+    if (fit((void **)&s->scratch, &s->scratch_cap, sample_scratch_of(&sp), sizeof(float))) return -1;
     dgc_topk_heap heap;
     dgc_topk_heap_init(&heap, s->scratch, sp.want);
     uint64_t starts[PREFETCH_RUNS], lens[PREFETCH_RUNS], j = 0;
@@ -283,15 +286,14 @@ static uint32_t stream_update(dgc_state *s, const float *g, float *zero, float s
  * would be memory the state's footprint (and DGC_MAX_STATE_MB) leaves out. */
 static int select_exact(dgc_state *s, uint64_t k) {
     const uint64_t n = s->n;
-    size_t above_t;
-    const float t = dgc_topk_kth_largest_abs(s->v_next, (size_t)n, (size_t)(k - 1), &above_t);
+    size_t above;
+    const float t = dgc_topk_kth_largest_abs(s->v_next, (size_t)n, (size_t)(k - 1), &above);
     /* Every |v| above t (fewer than k) and the first ties at t that fit (none
      * when t is 0), in one pass in index order: the compact encoding needs
      * sorted indices, and a second pass for the ties would put them after
      * larger values at higher indices. */
-    const uint64_t above = above_t;
     uint64_t c = 0;
-    uint64_t ties = t > 0 ? k - above : 0;
+    uint64_t ties = t > 0 ? k - (uint64_t)above : 0;
     for (uint64_t i = 0; i < n && c < k; i++) {
         const float a = fabsf(s->v_next[i]);
         if (a > t) {
