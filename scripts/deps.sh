@@ -22,6 +22,9 @@
 #                            site packages) with tensorflow-cpu 2.15.1, numpy<2 and
 #                            Horovod 0.28.1 built for TensorFlow over Open MPI: ~4 min
 #   scripts/deps.sh horovod  both horovod groups (~7 min on 2 cores, more on a slow mirror)
+#   scripts/deps.sh emulated the emulated device tier's toolchain (scripts/test-emulated.sh):
+#                            clang/LLVM 15 with llvm-spirv for chipStar, the OpenCL ICD
+#                            loader, ninja, python3-venv (Intel's OpenCL CPU runtime), git
 #
 # A venv is skipped when `<venv>/bin/python -c 'import horovod.torch'` (resp.
 # horovod.tensorflow) already works with Horovod's MPI library built in. Run them
@@ -36,6 +39,8 @@ torch_pkgs=(dataset-fashion-mnist python3-torch python3-mpi4py python3-numpy pyt
 # libtorch headers and CMake config (libtorch-dev) and pybind11 headers.
 hvd_pkgs=(python3-dev python3-venv python3-wheel)
 hvd_torch_pkgs=(libtorch-dev pybind11-dev python3-torchvision python3-filelock)
+emulated_pkgs=(clang-15 llvm-15-dev libclang-15-dev clang-tools-15 llvm-spirv-15 spirv-tools ocl-icd-opencl-dev
+               ocl-icd-libopencl1 ninja-build python3-venv git xz-utils)
 venvs=()
 case "${1:-}" in
   "") ;;
@@ -45,7 +50,8 @@ case "${1:-}" in
   horovod-torch) pkgs+=("${torch_pkgs[@]}" "${hvd_pkgs[@]}" "${hvd_torch_pkgs[@]}"); venvs=(torch) ;;
   horovod-tf) pkgs+=("${hvd_pkgs[@]}"); venvs=(tf) ;;
   horovod) pkgs+=("${torch_pkgs[@]}" "${hvd_pkgs[@]}" "${hvd_torch_pkgs[@]}"); venvs=(torch tf) ;;
-  *) echo "deps.sh: unknown group '$1' (use train, torch, python, horovod, horovod-torch or horovod-tf)" >&2; exit 2 ;;
+  emulated) pkgs+=("${emulated_pkgs[@]}") ;;
+  *) echo "deps.sh: unknown group '$1' (use train, torch, python, horovod, horovod-torch, horovod-tf or emulated)" >&2; exit 2 ;;
 esac
 missing=()
 for p in "${pkgs[@]}"; do

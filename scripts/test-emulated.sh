@@ -18,7 +18,7 @@
 #                        go there; a second run reuses what is built
 #   --repeat N           run the cases N times (stops at the first failure)
 #
-# Installs what it needs: Debian's clang/LLVM 15 and llvm-spirv (apt-get),
+# Installs what it needs: Debian's clang/LLVM 15 and llvm-spirv (scripts/deps.sh emulated),
 # Intel's OpenCL CPU runtime from PyPI into a venv (about 830 MB). Prints
 # ctest's line per case; exits non-zero when any case fails.
 set -euo pipefail
@@ -52,19 +52,7 @@ t0=$(date +%s)
 step() { echo "== [$(($(date +%s) - t0)) s] $*"; }
 
 step "packages"
-scripts/deps.sh
-pkgs=(clang-15 llvm-15-dev libclang-15-dev clang-tools-15 llvm-spirv-15 spirv-tools ocl-icd-opencl-dev
-      ocl-icd-libopencl1 ninja-build python3-venv git xz-utils)
-missing=()
-for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
-  echo "test-emulated.sh: installing ${missing[*]}"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+scripts/deps.sh emulated
 
 step "OpenCL CPU runtime ($INTEL_RUNTIME)"
 if [ ! -f "$deps/venv/lib/libintelocl.so" ]; then
