@@ -53,6 +53,9 @@ typedef enum {
     DGC_TRANSPORT_REDUCE = 3  /* MPI path: pairs to the owners of index regions, who sum and select (opt-in) */
 } dgc_transport;
 
+/* DGC_TRANSPORT's word for t: "auto", "sparse", "dense" or "reduce". */
+const char *dgc_transport_name(dgc_transport t);
+
 /* Options in table order; DGC_OPT_COUNT is the number of variables. */
 typedef enum {
     DGC_OPT_ENABLE,

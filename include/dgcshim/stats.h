@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dgcshim/config.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -19,8 +21,7 @@ typedef struct {
     uint64_t dense_transport; /* of the calls, those whose pairs went by the dense transport */
     uint64_t reduce_transport; /* of the calls, those that went by the reduce transport (MPI path) */
     uint64_t last_k;         /* the latest call's k: its density is last_k / count */
-    int last_dense;          /* the latest call went by the dense transport */
-    int last_reduce;         /* the latest call went by the reduce transport */
+    dgc_transport last_transport; /* the latest call's: _SPARSE, _DENSE or _REDUCE */
 } dgc_buffer_stats;
 
 /* dense_bytes / wire_bytes, 0 when nothing was sent. */

@@ -214,6 +214,10 @@ int dgc_config_parse(dgc_config *cfg, dgc_env_lookup lookup, char *err, size_t e
     return 0;
 }
 
+const char *dgc_transport_name(dgc_transport t) {
+    return (unsigned)t <= DGC_TRANSPORT_REDUCE ? transport_names[t] : "?";
+}
+
 const char *dgc_option_name(dgc_option opt) { return options[opt].name; }
 const char *dgc_option_default(dgc_option opt) { return options[opt].def; }
 const char *dgc_option_range(dgc_option opt) { return options[opt].range; }

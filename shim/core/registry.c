@@ -196,8 +196,7 @@ static void keep_released_stats(const dgc_buffer *b) {
         if (b->stats.calls) { /* the latest, not a sum */
             r->stats.last_wire_bytes = b->stats.last_wire_bytes;
             r->stats.last_k = b->stats.last_k;
-            r->stats.last_dense = b->stats.last_dense;
-            r->stats.last_reduce = b->stats.last_reduce;
+            r->stats.last_transport = b->stats.last_transport;
         }
         r->states++;
     } else {

@@ -66,7 +66,7 @@ static void put_row(const dgc_report_row *r, void *ctx) {
     put_stats(c->l, &r->stats);
     double density = r->count && r->stats.calls ? (double)r->stats.last_k / (double)r->count : 0;
     put(c->l, ",\"last_density\":%.6g,\"last_transport\":\"%s\"}", density,
-        !r->stats.calls ? "none" : r->stats.last_dense ? "dense" : r->stats.last_reduce ? "reduce" : "sparse");
+        !r->stats.calls ? "none" : dgc_transport_name(r->stats.last_transport));
     c->first = 0;
 }
 

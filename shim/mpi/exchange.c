@@ -257,8 +257,7 @@ static void count_call(dgc_buffer *b, const layout *l, uint64_t k, double second
     b->stats.dense_transport += l->dense != 0;
     b->stats.reduce_transport += l->reduce != 0;
     b->stats.last_k = k;
-    b->stats.last_dense = l->dense != 0;
-    b->stats.last_reduce = l->reduce != 0;
+    b->stats.last_transport = l->reduce ? DGC_TRANSPORT_REDUCE : l->dense ? DGC_TRANSPORT_DENSE : DGC_TRANSPORT_SPARSE;
     dgc_stats_file_tick();
 }
 
@@ -384,7 +383,7 @@ int dgc_mpi_exchange(dgc_comm *c, dgc_buffer *b, int local, const float *g, floa
     DGC_DEBUG("step %llu, %llu elements, k %llu: %s transport (bytes a rank sends: sparse all-gather %llu, dense %llu, "
               "reduce %llu)",
               (unsigned long long)p->step, (unsigned long long)p->n, (unsigned long long)p->k,
-              l.dense ? "dense" : l.reduce ? "reduce" : "sparse", (unsigned long long)tb.sparse,
+              dgc_transport_name(plan->transport), (unsigned long long)tb.sparse,
               (unsigned long long)tb.dense, (unsigned long long)tb.reduce);
     double t0 = now();
     local = prepare(b, local, g, work, p, &l, cfg);

@@ -559,7 +559,7 @@ static void count_call(dgc_nccl_call *k) {
     s->last_wire_bytes = wire;
     s->nonfinite = dgc_gpu_state_nonfinite(k->b->gpu); /* as far as the device has got: no wait */
     s->last_k = k->plan.p.k;
-    s->last_dense = dense(k);
+    s->last_transport = dense(k) ? DGC_TRANSPORT_DENSE : DGC_TRANSPORT_SPARSE;
     dgc_stats_file_tick();
 }
 
