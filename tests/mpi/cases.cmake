@@ -29,6 +29,12 @@ mpi_case(reduce_warmup_momentum -n 4 ${REDUCE} -e DGC_MOMENTUM=0.9 -e DGC_WARMUP
 mpi_case(reduce_transport_change -n 8 ${REDUCE} -e DGC_MIN_ELEMENTS=1 -e DGC_MOMENTUM=0.9 -e DGC_WARMUP_STEPS=12
          -e DGC_STATS=1 --grep "STATS total .* s0/d4/r20$"
          -- --n 100 --momentum 0.9 --warmup 12 --steps 24 --expect-change 1)
+# Conservation (invariant 2) under the reduce transport with the default
+# 16-bit values: 200 steps of gradients on 4 ranks, then zero gradients until
+# the outputs sum to the inputs (about 4 times as many zero steps as the
+# all-gather takes: reduce outputs about k sums a step, the all-gather up to
+# N k pairs).
+mpi_case(reduce_drain -e DGC_SPARSITY=0.99 -e DGC_TRANSPORT=reduce -- drain --n 20000 --steps 200 --sparsity 0.99)
 
 # An erroneous call whose count differs between ranks (rank r: n + 8 r)
 # fails on every rank, and gives its step back: the calls after it are the
