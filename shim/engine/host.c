@@ -294,15 +294,8 @@ static int select_exact(dgc_state *s, uint64_t k) {
      * larger values at higher indices. */
     uint64_t c = 0;
     uint64_t ties = t > 0 ? k - (uint64_t)above : 0;
-    for (uint64_t i = 0; i < n && c < k; i++) {
-        const float a = fabsf(s->v_next[i]);
-        if (a > t) {
-            s->cand[c++] = (uint32_t)i;
-        } else if (a == t && ties) {
-            s->cand[c++] = (uint32_t)i;
-            ties--;
-        }
-    }
+    for (uint64_t i = 0; i < n && c < k; i++)
+        if (dgc_topk_keeps(fabsf(s->v_next[i]), t, &ties)) s->cand[c++] = (uint32_t)i;
     for (uint64_t j = 0; j < c; j++) s->cand_val[j] = s->v_next[s->cand[j]];
     s->nsel = c;
     return 0;
@@ -310,8 +303,7 @@ static int select_exact(dgc_state *s, uint64_t k) {
 
 /* The exact top k of the ncand candidates (more than k of them), kept in
  * index order: the k-th largest |value| t (a radix select, in place), then those above t,
- * then ties at t, in order, up to k (select_exact's rule, and the CUDA
- * engine's). Sorted payloads are what the compact encoding needs (Elias-Fano). */
+ * then ties at t, in order, up to k (dgc_topk_keeps, as select_exact). Sorted payloads are what the compact encoding needs (Elias-Fano). */
 static int select_candidates(dgc_state *s, uint64_t ncand, uint64_t k) {
     size_t above;
     float t = dgc_topk_kth_largest_abs(s->cand_val, ncand, k - 1, &above); /* no copy: a radix select */
@@ -321,9 +313,8 @@ static int select_candidates(dgc_state *s, uint64_t ncand, uint64_t k) {
      * written at c, which only moves past the kept ones; c <= j, so nothing
      * unread is overwritten. */
     for (uint64_t j = 0; j < ncand && c < k; j++) {
-        const float x = s->cand_val[j], a = fabsf(x);
-        const uint64_t tie = a == t, keep = (a > t) | (tie & (ties > 0));
-        ties -= tie & keep;
+        const float x = s->cand_val[j];
+        const uint64_t keep = dgc_topk_keeps(fabsf(x), t, &ties);
         s->cand[c] = s->cand[j];
         s->cand_val[c] = x;
         c += keep;

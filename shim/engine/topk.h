@@ -16,6 +16,17 @@ float dgc_topk_kth_largest(float *a, size_t n, size_t kth);
  * *above (when not NULL) gets how many |a[i]| are strictly larger. */
 float dgc_topk_kth_largest_abs(const float *a, size_t n, size_t kth, size_t *above);
 
+/* The rule by which every top k here is kept in index order (the host
+ * engine's, the reduce transport's regions and owners; the CUDA engine's
+ * too): each magnitude a above t, the k-th largest, and the ties at t while
+ * *ties (k less the count above t) lasts. Branch-free: the callers' loops
+ * run over candidates dropped at random. */
+static inline uint64_t dgc_topk_keeps(float a, float t, uint64_t *ties) {
+    const uint64_t tie = a == t, keep = (uint64_t)(a > t) | (tie & (uint64_t)(*ties > 0));
+    *ties -= tie & keep;
+    return keep;
+}
+
 /* The `size` largest values pushed so far, as a min-heap over caller memory:
  * after pushing n values, the minimum is the size-th largest of them. A push
  * below the minimum of a full heap costs one comparison, so finding the k-th

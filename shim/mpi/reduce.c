@@ -100,12 +100,7 @@ static void mark_largest(const float *val, uint64_t lo, uint64_t hi, uint64_t ca
     size_t above;
     const float t = dgc_topk_kth_largest_abs(val + lo, (size_t)m, (size_t)cap - 1, &above);
     uint64_t ties = cap - above;
-    for (uint64_t j = lo; j < hi; j++) {
-        const float x = val[j] < 0 ? -val[j] : val[j];
-        const int tie = x == t, take = x > t || (tie && ties > 0);
-        ties -= tie && take;
-        keep[j] = (unsigned char)take;
-    }
+    for (uint64_t j = lo; j < hi; j++) keep[j] = (unsigned char)dgc_topk_keeps(val[j] < 0 ? -val[j] : val[j], t, &ties);
 }
 
 /* Encodes the plain payload a->plain as region r's message: the whole
@@ -204,10 +199,8 @@ static void owner_select(const dgc_step_params *p, const dgc_region_plan *rp, ui
     float *pv = a->mag + rp->keep;
     uint64_t c = 0;
     for (uint64_t j = 0; j < nz; j++) {
-        const float s = work[a->cand[j]], x = s < 0 ? -s : s;
-        const int tie = x == t, take = nz <= rp->keep || x > t || (tie && ties > 0);
-        ties -= tie && take && nz > rp->keep;
-        if (take) pi[c] = a->cand[j], pv[c] = s, c++;
+        const float s = work[a->cand[j]];
+        if (nz <= rp->keep || dgc_topk_keeps(s < 0 ? -s : s, t, &ties)) pi[c] = a->cand[j], pv[c] = s, c++;
     }
     for (uint64_t j = 0; j < ncand; j++) work[a->cand[j]] = 0.0f;
     plain_of(a->pick, p->step, p->n, rp->keep, pi, pv, c);
