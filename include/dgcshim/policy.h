@@ -104,6 +104,7 @@ typedef struct {
                                 * _SPARSE: every other field is then what _SPARSE's would be) */
     dgc_transport_bytes bytes; /* bytes.payload: one compact payload */
     dgc_compact_layout code;
+    dgc_region_plan regions;   /* _REDUCE's (dgc_policy_regions); zero for the other transports */
 } dgc_plan;
 
 /* The plan of the call at step on a count-element buffer whose values are

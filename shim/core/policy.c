@@ -139,6 +139,8 @@ int dgc_policy_plan(const dgc_config *cfg, uint64_t count, unsigned sum_type, ui
         if (words > (uint64_t)INT_MAX || words * (uint64_t)nranks > (uint64_t)INT_MAX) return -1;
     }
     dgc_compact_layout_for(count, k, value_bits, &out->code);
+    out->regions = (dgc_region_plan){0};
+    if (out->transport == DGC_TRANSPORT_REDUCE) dgc_policy_regions(count, k, value_bits, nranks, &out->regions);
     const int compensated = cfg->compensate && cfg->momentum > 0;
     out->p = (dgc_step_params){
         .n = count,

@@ -126,11 +126,9 @@ static size_t state_estimate(const dgc_plan *plan, int nranks, const dgc_config 
     size_t est = sizeof(dgc_buffer) + dgc_state_footprint(p->n, momentum, p->k, p->sample_ratio) +
                  dgc_pages_footprint(dgc_wire_bytes(p->k)) + dgc_pages_footprint(plan->code.bytes * (ranks + 1));
     if (momentum && cfg->compensate) est += dgc_pages_footprint(plan->code.bytes * (ranks + 1));
-    if (plan->transport == DGC_TRANSPORT_REDUCE) {
-        dgc_region_plan rp;
-        dgc_policy_regions(p->n, p->k, p->value_bits, nranks, &rp);
-        est += dgc_pages_footprint(dgc_mpi_reduce_scratch(&rp, nranks, p->k)) + (ranks + 1) * sizeof(uint32_t);
-    }
+    if (plan->transport == DGC_TRANSPORT_REDUCE)
+        est += dgc_pages_footprint(dgc_mpi_reduce_scratch(&plan->regions, nranks, p->k)) +
+               (ranks + 1) * sizeof(uint32_t);
     return est;
 }
 

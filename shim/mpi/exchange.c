@@ -52,7 +52,7 @@ typedef struct {
     int dense;    /* the pairs travel by the dense transport (after the headers) */
     size_t share; /* what the dense (or reduce) transport sends to each other rank, on average */
     int reduce;   /* the pairs travel by the reduce transport (after the headers: reduce.c) */
-    dgc_region_plan rp;
+    const dgc_region_plan *rp; /* the plan's regions (reduce) */
 } layout;
 
 /* The gathered buffer's size, in plain payloads of this call: none (the
@@ -69,9 +69,9 @@ static int gathered_payloads(const dgc_buffer *b, const dgc_step_params *p, cons
  * sparse transport only. */
 static int encode(dgc_buffer *b, const dgc_step_params *p, const layout *l) {
     const size_t ranks = (size_t)p->nranks + 1;
-    const size_t wire = l->reduce ? l->rp.pick.bytes * ranks : l->dense ? 0 : l->bytes * ranks;
+    const size_t wire = l->reduce ? l->rp->pick.bytes * ranks : l->dense ? 0 : l->bytes * ranks;
     if (dgc_registry_reserve_wire(b, wire) ||
-        (l->reduce && dgc_registry_reserve_scratch(b, dgc_mpi_reduce_scratch(&l->rp, p->nranks, p->k), p->nranks))) {
+        (l->reduce && dgc_registry_reserve_scratch(b, dgc_mpi_reduce_scratch(l->rp, p->nranks, p->k), p->nranks))) {
         DGC_ERROR("no memory for the %zu-byte wire buffers of a %llu-element buffer", wire,
                   (unsigned long long)b->count);
         return -1;
@@ -288,11 +288,11 @@ static int reduce_path(const dgc_comm *c, dgc_buffer *b, float *work, const dgc_
                        const dgc_config *cfg, uint32_t agreed, int balanced, double engine_seconds) {
     const unsigned char *keep = NULL;
     char err[256];
-    int rc = dgc_mpi_reduce(b, work, p, &l->rp, balanced, c->rank, comm, &keep, err, sizeof err);
+    int rc = dgc_mpi_reduce(b, work, p, l->rp, balanced, c->rank, comm, &keep, err, sizeof err);
     if (rc == MPI_SUCCESS) {
         dgc_commit_only(b->state, p, keep);
         if (dgc_last_saturated(b->state)) dgc_registry_count_saturated(1, b->count);
-        compensate(b, work, p, &l->rp.pick, cfg, agreed);
+        compensate(b, work, p, &l->rp->pick, cfg, agreed);
     } else {
         dgc_discard(b->state);
     }
@@ -369,15 +369,12 @@ int dgc_mpi_exchange(dgc_comm *c, dgc_buffer *b, int local, const float *g, floa
                      MPI_Comm comm, const dgc_config *cfg) {
     const dgc_step_params *p = &plan->p;
     const dgc_transport_bytes tb = plan->bytes;
-    layout l = {.plain = dgc_wire_bytes(p->k), .code = plan->code};
+    layout l = {.plain = dgc_wire_bytes(p->k), .code = plan->code, .rp = &plan->regions};
     l.bytes = l.code.bytes;
     l.dense = plan->transport == DGC_TRANSPORT_DENSE;
     l.share = p->nranks > 1 ? (size_t)((tb.dense + (uint64_t)p->nranks - 2) / ((uint64_t)p->nranks - 1)) : 0;
     l.reduce = plan->transport == DGC_TRANSPORT_REDUCE;
-    if (l.reduce) {
-        dgc_policy_regions(p->n, p->k, p->value_bits, p->nranks, &l.rp);
-        l.share = (size_t)(sizeof(dgc_wire_header) + l.rp.body + l.rp.pick.bytes);
-    }
+    if (l.reduce) l.share = (size_t)(sizeof(dgc_wire_header) + l.rp->body + l.rp->pick.bytes);
     /* The dense and reduce transports always send the headers first. */
     l.whole = !l.dense && !l.reduce && l.bytes <= c->head;
     DGC_DEBUG("step %llu, %llu elements, k %llu: %s transport (bytes a rank sends: sparse all-gather %llu, dense %llu, "
