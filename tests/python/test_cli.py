@@ -179,7 +179,8 @@ class Doctor(unittest.TestCase):
 class Config(unittest.TestCase):
     def test_lists_exactly_the_library_variables(self):
         """The names, defaults and ranges of the option table in shim/core/config.c, read here from the source."""
-        src = open(os.path.join(ROOT, "shim", "core", "config.c")).read()
+        with open(os.path.join(ROOT, "shim", "core", "config.c")) as f:
+            src = f.read()
         rows = re.findall(r'\[DGC_OPT_\w+\] = \{\s*"(DGC_\w+)",\s*KIND_\w+,\s*"([^"]*)",[^"]*"([^"]*)"', src)
         self.assertGreater(len(rows), 15)
         out = json.loads(sh([DGCSHIM, "config", "--json"], env=clean_env()).stdout)
