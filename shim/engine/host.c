@@ -302,8 +302,10 @@ static int select_exact(dgc_state *s, uint64_t k) {
 }
 
 /* The exact top k of the ncand candidates (more than k of them), kept in
- * index order: the k-th largest |value| t (a radix select, in place), then those above t,
- * then ties at t, in order, up to k (dgc_topk_keeps, as select_exact). Sorted payloads are what the compact encoding needs (Elias-Fano). */
+ * index order: the k-th largest |value| t (a radix select, in place), then
+ * those above t, then ties at t, in order, up to k (dgc_topk_keeps, as
+ * select_exact). Sorted payloads are what the compact encoding needs
+ * (Elias-Fano). */
 static int select_candidates(dgc_state *s, uint64_t ncand, uint64_t k) {
     size_t above;
     float t = dgc_topk_kth_largest_abs(s->cand_val, ncand, k - 1, &above); /* no copy: a radix select */
