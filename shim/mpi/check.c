@@ -30,7 +30,7 @@ int dgc_mpi_config_agrees(MPI_Comm comm, const dgc_config *cfg, int local) {
     a[SLOT_MEMORY] = (local & DGC_LOCAL_NO_MEMORY) != 0;
     if (PMPI_Allreduce(MPI_IN_PLACE, a, NSLOTS, MPI_UINT64_T, MPI_MAX, comm) != MPI_SUCCESS) {
         DGC_ERROR("the DGC_* consistency check could not run (MPI_Allreduce failed)");
-        return DGC_AGREE_MISMATCH;
+        return DGC_AGREE_UNCHECKED;
     }
     if (a[SLOT_PARSE]) {
         if (!(local & DGC_LOCAL_PARSE_FAILED))

@@ -28,6 +28,25 @@ static int spawned_job(void) {
     return id && end != id && *end == '\0' && (v & 0xffff) ? (int)(v & 0xffff) : -1;
 }
 
+/* Ends the job after a failed start-up check. Where the check ran, every
+ * rank learnt the same verdict from its one all-reduce and has printed its
+ * own line, so each leaves by itself, through MPI_Finalize and exit status
+ * 1: the launcher then forwards every rank's output before the job ends.
+ * MPI_Abort from each rank would have the launcher kill the others, and
+ * MPICH's hydra was seen to drop every rank's line when it did (issue 43).
+ * Where the check could not run, or in a spawned job (whose MPI_Finalize
+ * would wait for a parent that goes on), only MPI_Abort is sure to end it. */
+static _Noreturn void stop_job(int agree) {
+    DGC_ERROR("stopping: %s", agree == DGC_AGREE_NO_MEMORY ? "no memory for the shim's start-up"
+                                                         : "fix the DGC_* environment (see docs/configuration.md)");
+    if (agree == DGC_AGREE_UNCHECKED || dgc_config_job() != 0) PMPI_Abort(MPI_COMM_WORLD, 1);
+    /* No rank exits, and so has the launcher end the others, before every
+     * rank has written its line. */
+    PMPI_Barrier(MPI_COMM_WORLD);
+    PMPI_Finalize();
+    exit(1);
+}
+
 /* Parses the environment, agrees on it with every rank of MPI_COMM_WORLD and
  * installs it; a bad or inconsistent environment stops the job here. */
 void dgc_mpi_setup(void) {
@@ -44,11 +63,7 @@ void dgc_mpi_setup(void) {
     dgc_config_install(&quiet);
     if (failed) DGC_ERROR("%s", err);
     int agree = dgc_mpi_lifetime_init(&cfg, failed ? DGC_LOCAL_PARSE_FAILED : 0);
-    if (agree != DGC_AGREE_OK) {
-        DGC_ERROR("stopping: %s", agree == DGC_AGREE_NO_MEMORY ? "no memory for the shim's start-up"
-                                                             : "fix the DGC_* environment (see docs/configuration.md)");
-        PMPI_Abort(MPI_COMM_WORLD, 1);
-    }
+    if (agree != DGC_AGREE_OK) stop_job(agree);
     dgc_config_install(&cfg);
     if (rank == 0) {
         char line[4096]; /* two paths of up to DGC_TEXT_MAX among the values */

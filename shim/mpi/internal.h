@@ -26,8 +26,10 @@ void dgc_mpi_check_abi(const char *when);
 
 /* What this rank brings to the configuration check. */
 enum { DGC_LOCAL_PARSE_FAILED = 1, DGC_LOCAL_NO_MEMORY = 2 };
-/* Its outcome, the same on every rank. */
-enum { DGC_AGREE_OK = 0, DGC_AGREE_NO_MEMORY = 1, DGC_AGREE_MISMATCH = -1 };
+/* Its outcome, the same on every rank, except DGC_AGREE_UNCHECKED: the
+ * check's own all-reduce failed, so this rank cannot know what the others
+ * concluded. */
+enum { DGC_AGREE_OK = 0, DGC_AGREE_NO_MEMORY = 1, DGC_AGREE_MISMATCH = -1, DGC_AGREE_UNCHECKED = -2 };
 
 /* One collective on comm: do all ranks hold the same collective DGC_* values,
  * did every rank parse its environment, and did every rank get the memory it
