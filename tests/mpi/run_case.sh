@@ -8,7 +8,8 @@
 #
 # -e exports a variable to every rank (mpirun -x). --split gives the first
 # half of the ranks VAR=A and the second half VAR=B (two app contexts).
-# --fail: the job must fail, within the time limit, with REGEX in its output.
+# --fail: the job must fail, within the time limit, with REGEX in its output
+# (and --times, if given, holds as well).
 # --grep: the job must pass with REGEX in its output (extended regex; may be
 # given several times, each must match). --times: exactly N lines of the
 # output match REGEX. --btl: Open MPI's transports (default self,vader;
@@ -89,18 +90,32 @@ echo "+ ${cmd[*]}"
 timeout "${CASE_TIMEOUT:-120}" "${cmd[@]}" >"$out" 2>&1
 rc=$?
 cat "$out"
+# What the job said, by rank, so that a failure tells a lost line (a rank
+# that printed nothing) from a wrong one: the shim tags each of its lines
+# "rank R[ job J| spawned] dgcshim LEVEL".
+echo "+ job exit status $rc; the shim's lines by rank:"
+for ((r = 0; r < np; r++)); do
+  tags=$(grep -Eo -- " rank $r( job [0-9]+| spawned)? dgcshim [A-Z]+" "$out" | awk '{print $NF}' | sort | uniq -c |
+         awk '{printf "%s%s x%s", sep, $2, $1; sep=", "}')
+  echo "+   rank $r: ${tags:-nothing}"
+done
+echo "+   other lines: $(grep -Evc -- " rank [0-9]+( job [0-9]+| spawned)? dgcshim [A-Z]+" "$out")"
 if [ $rc -eq 124 ]; then echo "CASE FAILED: timed out (a hang)"; exit 1; fi
+check_times() {
+  for ((i = 0; i < ${#times[@]}; i += 2)); do
+    got=$(grep -Ec -- "${times[i+1]}" "$out")
+    [ "$got" -eq "${times[i]}" ] || { echo "CASE FAILED: /${times[i+1]}/ matches $got lines, want ${times[i]}"; exit 1; }
+  done
+}
 if [ -n "$fail_re" ]; then
   [ $rc -ne 0 ] || { echo "CASE FAILED: the job succeeded but should have failed"; exit 1; }
   grep -Eq -- "$fail_re" "$out" || { echo "CASE FAILED: output lacks /$fail_re/"; exit 1; }
+  check_times
   echo "CASE PASSED: failed as expected with /$fail_re/"; exit 0
 fi
 [ $rc -eq 0 ] || { echo "CASE FAILED: exit status $rc"; exit 1; }
 for re in "${greps[@]}"; do
   grep -Eq -- "$re" "$out" || { echo "CASE FAILED: output lacks /$re/"; exit 1; }
 done
-for ((i = 0; i < ${#times[@]}; i += 2)); do
-  got=$(grep -Ec -- "${times[i+1]}" "$out")
-  [ "$got" -eq "${times[i]}" ] || { echo "CASE FAILED: /${times[i+1]}/ matches $got lines, want ${times[i]}"; exit 1; }
-done
+check_times
 echo "CASE PASSED"
