@@ -13,7 +13,8 @@
 # 30), then the emulated device tier (scripts/test-emulated.sh: the CUDA
 # engine's cases on the CPU through chipStar; DGC_EMULATED_ARGS are its
 # options, DGC_CHIPSTAR_TARBALL its source, DGC_TEST_EMULATED=0 leaves it
-# out). Exits non-zero when any test fails.
+# out). Every phase runs even when an earlier one failed; the script then
+# exits non-zero and its last line names each phase that failed.
 #
 # It also installs Horovod 0.28.1 for PyTorch in .venv/horovod-torch
 # (scripts/deps.sh horovod-torch: about 3 minutes the first time, seconds
@@ -24,42 +25,60 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh train  # the trainer case reads Fashion-MNIST
 [ "${DGC_TEST_HOROVOD:-1}" = 0 ] || scripts/deps.sh horovod-torch
 jobs=$(nproc)
-run() { # build-dir, cmake args... [-- ctest args...]
+build() { # build-dir, cmake args...
+  local dir=$1; shift
+  cmake -S . -B "$dir" "$@" >/dev/null && cmake --build "$dir" -j "$jobs"
+}
+run() { # build-dir, cmake args... [-- ctest args...]: builds, then runs the suite
   local dir=$1; shift
   local args=() tests=()
   while [ $# -gt 0 ] && [ "$1" != -- ]; do args+=("$1"); shift; done
   [ $# -gt 0 ] && { shift; tests=("$@"); }
-  cmake -S . -B "$dir" "${args[@]}" >/dev/null
-  cmake --build "$dir" -j "$jobs"
-  (cd "$dir" && ctest --output-on-failure -j 1 "${tests[@]}")
+  build "$dir" "${args[@]}" && (cd "$dir" && ctest --output-on-failure -j 1 "${tests[@]}")
 }
-echo "== optimised build =="
-run build -DCMAKE_BUILD_TYPE=Release
-echo "== sanitizer build (ASan + UBSan) =="
-run build-san -DCMAKE_BUILD_TYPE=Debug -DDGC_SANITIZE=ON
+# Every phase runs whatever an earlier one did, so one run shows all that is
+# wrong; the exit status and the last line name each phase that failed.
+failed=()
+phase() { # name, command...
+  local name=$1; shift
+  echo "== $name =="
+  local start=$SECONDS
+  if "$@"; then
+    echo "== $name: passed ($((SECONDS - start)) s) =="
+  else
+    echo "== $name: FAILED ($((SECONDS - start)) s) =="
+    failed+=("$name")
+  fi
+}
+skipped() { echo "== $1 == SKIPPED: $2"; }
+
+phase "optimised build" run build -DCMAKE_BUILD_TYPE=Release
+phase "sanitizer build (ASan + UBSan)" run build-san -DCMAKE_BUILD_TYPE=Debug -DDGC_SANITIZE=ON
 if [ "${DGC_TEST_MPICH:-1}" = 0 ]; then
-  echo "SKIPPED the MPICH builds (mpi.*, shim.*, netns.* under mpiexec.mpich, same_bits): DGC_TEST_MPICH=0"
+  skipped "MPICH builds" "mpi.*, shim.*, netns.* under mpiexec.mpich, same_bits: DGC_TEST_MPICH=0"
 else
   mpich=(-DMPI_C_COMPILER=mpicc.mpich -DDGC_CUDA=OFF)
-  echo "== MPICH build (mpi.*, shim.*, netns.* under mpiexec.mpich) =="
-  run build-mpich -DCMAKE_BUILD_TYPE=Release "${mpich[@]}" -- -R '^(mpi|shim|netns)[.]'
-  echo "== MPICH sanitizer build (ASan + UBSan) =="
-  run build-mpich-san -DCMAKE_BUILD_TYPE=Debug -DDGC_SANITIZE=ON "${mpich[@]}" -- -R '^(mpi|shim|netns)[.]'
-  echo "== the same bits under Open MPI and MPICH =="
-  tests/mpi/same_bits.sh build build-mpich
+  phase "MPICH build (mpi.*, shim.*, netns.* under mpiexec.mpich)" \
+    run build-mpich -DCMAKE_BUILD_TYPE=Release "${mpich[@]}" -- -R '^(mpi|shim|netns)[.]'
+  phase "MPICH sanitizer build (ASan + UBSan)" \
+    run build-mpich-san -DCMAKE_BUILD_TYPE=Debug -DDGC_SANITIZE=ON "${mpich[@]}" -- -R '^(mpi|shim|netns)[.]'
+  phase "the same bits under Open MPI and MPICH" tests/mpi/same_bits.sh build build-mpich
 fi
-echo "== the Python package: pip install . and the dgcshim command (tests/python) =="
 if [ "${DGC_TEST_PYTHON:-1}" = 0 ]; then
-  echo "SKIPPED the Python package's tests (tests/python/test_cli.py): DGC_TEST_PYTHON=0"
+  skipped "the Python package" "tests/python/test_cli.py: DGC_TEST_PYTHON=0"
 else
-  scripts/test-python.sh
+  phase "the Python package: pip install . and the dgcshim command (tests/python)" scripts/test-python.sh
 fi
-echo "== fuzzing (libFuzzer, clang) =="
-scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
-echo "== the emulated device (the CUDA engine on the CPU: docs/emulated-device.md) =="
+phase "fuzzing (libFuzzer, clang)" scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
 if [ "${DGC_TEST_EMULATED:-1}" = 0 ]; then
-  echo "SKIPPED emulated device tier (gpu.engine.*, emulated.defects): DGC_TEST_EMULATED=0"
+  skipped "the emulated device" "gpu.engine.*, emulated.defects: DGC_TEST_EMULATED=0"
 else
-  scripts/test-emulated.sh ${DGC_EMULATED_ARGS:-}
+  # shellcheck disable=SC2086 # DGC_EMULATED_ARGS is a list of options
+  phase "the emulated device (the CUDA engine on the CPU: docs/emulated-device.md)" \
+    scripts/test-emulated.sh ${DGC_EMULATED_ARGS:-}
+fi
+if [ ${#failed[@]} -gt 0 ]; then
+  printf '== FAILED phases (%d): %s ==\n' "${#failed[@]}" "$(IFS=';'; echo "${failed[*]}" | sed 's/;/; /g')"
+  exit 1
 fi
 echo "== all tests passed in both builds and under MPICH, fuzz targets clean, emulated device passed =="
