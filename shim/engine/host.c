@@ -209,17 +209,26 @@ void dgc_sample_plan_for(uint64_t n, uint64_t k, double sample_ratio, dgc_sample
     uint64_t floor_m = (uint64_t)ceil((double)MIN_EXPECTED_HITS * (double)n / (double)k);
     if (m < floor_m) m = floor_m;
     if (m < 1) m = 1;
-    if (m > n) m = n;
-    uint64_t want = (uint64_t)ceil((double)k * (double)m / (double)n);
-    if (m < n) want += oversampling(want);
-    out->whole = m == n;
-    out->runs = (m + DGC_SAMPLE_RUN - 1) / DGC_SAMPLE_RUN;
-    /* Every run is DGC_SAMPLE_RUN long when the strata are; else (a sample
-     * near the whole buffer) each is its whole stratum. */
-    out->count = n / out->runs >= DGC_SAMPLE_RUN ? out->runs * DGC_SAMPLE_RUN : n;
-    if (want < 1) want = 1;
-    if (want > out->count) want = out->count;
-    out->want = want;
+    if (2 * m < n) {
+        const uint64_t runs = (m + DGC_SAMPLE_RUN - 1) / DGC_SAMPLE_RUN;
+        /* Every run is DGC_SAMPLE_RUN long when the strata are; else each
+         * is its whole stratum. */
+        const uint64_t count = n / runs >= DGC_SAMPLE_RUN ? runs * DGC_SAMPLE_RUN : n;
+        uint64_t want = (uint64_t)ceil((double)k * (double)m / (double)n);
+        want += oversampling(want);
+        if (want < 1) want = 1;
+        if (want < count) {
+            *out = (dgc_sample_plan){.whole = 0, .runs = runs, .count = count, .want = want};
+            return;
+        }
+    }
+    /* The whole buffer, whose k-th largest is exact, where a sample would be
+     * half of it or more (a small buffer: a run or two), or where a sample
+     * could not rank k elements (density near 1: its want-th largest would be
+     * its smallest, and everything below that would wait for a later call,
+     * so that density 1 would not send everything). */
+    const uint64_t runs = (n + DGC_SAMPLE_RUN - 1) / DGC_SAMPLE_RUN;
+    *out = (dgc_sample_plan){.whole = 1, .runs = runs, .count = n, .want = k < 1 ? 1 : k > n ? n : k};
 }
 
 /* Prefetches run r's first and last cache lines, since the sampling loop is
