@@ -14,6 +14,8 @@
  *                                         the last M of them compared with PMPI_Allreduce
  *                                         bit for bit (past the shim's count table they pass through)
  *   allreduce_check drain [options]       conservation over many steps
+ *   allreduce_check exact [--n K] [--steps M]
+ *                                         at DGC_SPARSITY=0, integer sums exact every call
  *   allreduce_check stats                 a 1M-element buffer for DGC_STATS
  *   allreduce_check optimizer [--momentum m] [--dump FILE]
  *                                         SGD with momentum over the shim's output
@@ -288,6 +290,38 @@ static void mode_passthrough(const options *o) {
     if (rank == 0) printf("PASS passthrough (large float SUM %s)\n", exact ? "exact" : "compressed");
 }
 
+/* ---- density 1 sends everything ----
+ * At DGC_SPARSITY=0 (k = n) with fp32 values every element goes out in the
+ * call it came in, so integer gradients (exact in fp32) sum exactly, every
+ * call, as MPI's dense sum would: nothing may wait in a residual. At sizes
+ * whose threshold comes from a sample (a run of 16 at n = 100, a sampled
+ * fraction at 200,000) and from the whole buffer. --n K: that size alone. */
+static void mode_exact(const options *o) {
+    static const long sizes[] = {100, 1000, 20000, 200000};
+    const long nsizes = o->n != 40000 ? 1 : (long)(sizeof sizes / sizeof *sizes);
+    for (long z = 0; z < nsizes; z++) {
+        const long n = o->n != 40000 ? o->n : sizes[z];
+        float *g = malloc((size_t)n * sizeof *g), *out = malloc((size_t)n * sizeof *out);
+        if (!g || !out) fail("no memory");
+        for (long s = 0; s < o->steps; s++) {
+            for (long i = 0; i < n; i++) g[i] = (float)((i * 7 + s) % 1000 + rank);
+            MPI_Allreduce(g, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            check_identical(out, n, MPI_COMM_WORLD, "exact");
+            long wrong = 0, first = -1;
+            for (long i = 0; i < n; i++) {
+                const float want = (float)(nranks * ((i * 7 + s) % 1000) + nranks * (nranks - 1) / 2);
+                if (out[i] != want && wrong++ == 0) first = i;
+            }
+            if (wrong)
+                fail("n %ld, call %ld: %ld of %ld sums wrong (element %ld is %g, want %g)", n, s, wrong, n, first,
+                     (double)out[first], (double)(nranks * ((first * 7 + s) % 1000) + nranks * (nranks - 1) / 2));
+        }
+        free(g);
+        free(out);
+    }
+    if (rank == 0) printf("PASS exact: %ld sizes, %ld calls each, every sum exact\n", nsizes, o->steps);
+}
+
 /* ---- conservation over many steps (momentum 0, default sampling) ----
  * Real gradients for o->steps steps, then zero gradients until the residuals
  * have drained: the summed outputs must then equal the summed inputs. The
@@ -498,6 +532,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "passthrough")) mode_passthrough(&o);
     else if (!strcmp(mode, "distinct")) mode_distinct(&o);
     else if (!strcmp(mode, "drain")) mode_drain(&o);
+    else if (!strcmp(mode, "exact")) mode_exact(&o);
     else if (!strcmp(mode, "overflow")) mode_overflow(&o);
     else if (!strcmp(mode, "stats")) mode_stats();
     else if (!strcmp(mode, "optimizer")) mode_optimizer(&o);

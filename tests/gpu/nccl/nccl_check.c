@@ -313,6 +313,42 @@ static void case_exact(void) {
     free(gr);
 }
 
+/* DGC_SPARSITY=0 at the default sample ratio: k = n, so every element goes
+ * out in the call it came in and integer gradients (exact in fp32) sum
+ * exactly, every call, at sizes whose threshold comes from a sample and from
+ * the whole buffer (issue 43: a sampled threshold held back what lay below
+ * the sample's smallest value). */
+static void case_density1(void) {
+    static const long sizes[] = {100, 1000, 20000, 200000};
+    ncclComm_t comm = make_comm(1);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    for (size_t z = 0; z < sizeof sizes / sizeof *sizes; z++) {
+        const long n = sizes[z];
+        const size_t bytes = (size_t)n * sizeof(float);
+        float *g = malloc(bytes), *out = malloc(bytes), *want = malloc(bytes);
+        if (!g || !out || !want) fail("no host memory");
+        float *buf = dev_alloc(bytes);
+        for (long step = 0; step < 3; step++) {
+            for (long i = 0; i < n; i++) g[i] = (float)((i * 7 + step) % 1000 + rank);
+            for (long i = 0; i < n; i++)
+                want[i] = (float)(nranks * ((i * 7 + step) % 1000) + nranks * (nranks - 1) / 2);
+            upload(buf, g, bytes);
+            NCCL_OK(ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, comm, s));
+            download(out, buf, bytes, s);
+            char what[64];
+            snprintf(what, sizeof what, "density 1, n %ld, call %ld", n, step);
+            expect_equal(out, want, n, what);
+            check_identical(out, bytes, what);
+        }
+        CUDA_OK(cudaFree(buf));
+        free(g);
+        free(out);
+        free(want);
+    }
+    NCCL_OK(ncclCommDestroy(comm));
+}
+
 /* DGC_SPARSITY=0.99, DGC_SAMPLE_RATIO=1, DGC_MOMENTUM=0: every step equals
  * the reference, bytes are identical on every rank, each output holds at
  * most nranks * k non-zeros (it was compressed), and after the gradients
@@ -1530,6 +1566,10 @@ static const test_case cases[] = {
     {"bad_env", case_mismatch, {SPARSE}, "DGC_SPARSITY=1.5"},
     {"nonblocking", case_nonblocking, {SPARSE, "DGC_STATS=1"}, NULL},
     {"over_budget", case_over_budget, {SPARSE, "DGC_STATS=1", "DGC_LOG_LEVEL=info"}, "DGC_MAX_STATE_MB=1"},
+    /* Density 1 at the default sample ratio, by either transport. */
+    {"density1", case_density1, {"DGC_SPARSITY=0", "DGC_MIN_ELEMENTS=1", "DGC_VALUE_BITS=32", "DGC_STATS=1"}, NULL},
+    {"dense_density1", case_density1,
+     {"DGC_SPARSITY=0", "DGC_MIN_ELEMENTS=1", "DGC_VALUE_BITS=32", DENSE, "DGC_STATS=1"}, NULL},
     {"ddp_buckets", case_buckets, {EXACT, "DGC_STATS=1", "DGC_LOG_LEVEL=debug"}, NULL},
     /* The dense transport (DGC_TRANSPORT=dense): the same pairs summed by
      * ncclReduceScatter + ncclAllGather, so the same references hold (two
