@@ -31,6 +31,8 @@ static uint64_t next_comm_id = 1;
 static dgc_registry_totals totals;
 static dgc_report_row *released_rows; /* live is 0 in every one of them */
 static size_t nreleased_rows, released_rows_cap;
+static _Atomic uint64_t passthrough_by[DGC_PASS_REASONS];
+static _Atomic int type_passthrough_said;
 static _Atomic uint64_t passthrough, passthrough_bytes, compressed, over_budget, failed[DGC_FAIL_CAUSES], saturated;
 static int hooks[DGC_HOOK_COUNT] = {-1, -1};
 static void *_Atomic slots[DGC_SLOT_COUNT];
@@ -658,15 +660,22 @@ void dgc_registry_totals_get(dgc_registry_totals *t) {
     pthread_mutex_unlock(&lock);
     t->passthrough = atomic_load_explicit(&passthrough, memory_order_relaxed);
     t->passthrough_bytes = atomic_load_explicit(&passthrough_bytes, memory_order_relaxed);
+    for (int i = 0; i < DGC_PASS_REASONS; i++)
+        t->passthrough_by[i] = atomic_load_explicit(&passthrough_by[i], memory_order_relaxed);
     t->compressed = atomic_load_explicit(&compressed, memory_order_relaxed);
     t->over_budget = atomic_load_explicit(&over_budget, memory_order_relaxed);
     for (int i = 0; i < DGC_FAIL_CAUSES; i++) t->failed[i] = atomic_load_explicit(&failed[i], memory_order_relaxed);
     t->saturated = atomic_load_explicit(&saturated, memory_order_relaxed);
 }
 
-void dgc_registry_count_passthrough(uint64_t bytes) {
+void dgc_registry_count_passthrough(uint64_t bytes, dgc_pass_reason why) {
     atomic_fetch_add_explicit(&passthrough, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&passthrough_bytes, bytes, memory_order_relaxed);
+    if ((unsigned)why < DGC_PASS_REASONS) atomic_fetch_add_explicit(&passthrough_by[why], 1, memory_order_relaxed);
+}
+int dgc_registry_first_type_passthrough(void) {
+    return !atomic_load_explicit(&type_passthrough_said, memory_order_relaxed) &&
+           !atomic_exchange_explicit(&type_passthrough_said, 1, memory_order_relaxed);
 }
 uint64_t dgc_registry_count_compressed(void) {
     return atomic_fetch_add_explicit(&compressed, 1, memory_order_relaxed) + 1;
@@ -686,6 +695,12 @@ void dgc_registry_count_saturated(uint64_t steps, uint64_t count) {
              "is lost; the values sent are clamped so that the ranks' sum stays finite (STATS counts these steps; "
              "said once)",
              what);
+}
+
+const char *dgc_pass_reason_name(dgc_pass_reason why) {
+    static const char *const names[DGC_PASS_REASONS] = {"disabled", "op",         "type",        "small",
+                                                        "ranks",    "table_full", "too_large",   "other"};
+    return (unsigned)why < DGC_PASS_REASONS ? names[why] : "?";
 }
 
 const char *dgc_fail_cause_name(dgc_fail_cause cause) {

@@ -295,6 +295,22 @@ typedef enum {
     DGC_FAIL_CAUSES
 } dgc_fail_cause;
 
+/* Why a call went to the real all-reduce untouched. */
+typedef enum {
+    DGC_PASS_DISABLED, /* DGC_ENABLE=0 */
+    DGC_PASS_OP,       /* not a sum (or, on NCCL, an average) */
+    DGC_PASS_TYPE,     /* not a float type the shim compresses (MPI: 4-byte floats; NCCL: also fp16, bf16) */
+    DGC_PASS_SMALL,    /* fewer elements than DGC_MIN_ELEMENTS */
+    DGC_PASS_RANKS,    /* fewer ranks than DGC_MIN_RANKS, an inter-communicator or MPI_COMM_NULL */
+    DGC_PASS_TABLE,    /* the communicator's table of counts is full */
+    DGC_PASS_LARGE,    /* a payload too large for one all-gather */
+    DGC_PASS_OTHER,    /* the front end's own routing (NCCL: a capture, a communicator that failed its check) */
+    DGC_PASS_REASONS
+} dgc_pass_reason;
+
+/* The reason's name in the report and the statistics file. */
+const char *dgc_pass_reason_name(dgc_pass_reason why);
+
 /* Process-wide figures for the statistics report. */
 typedef struct {
     uint64_t released_states;  /* states freed before now (idle or communicator freed); their
@@ -305,6 +321,7 @@ typedef struct {
     size_t bytes, peak_bytes;  /* memory held by states and exchange buffers (reserves included) */
     uint64_t passthrough;      /* pass-through calls, counted only when statistics are on */
     uint64_t passthrough_bytes; /* their bytes (count times the type's size) */
+    uint64_t passthrough_by[DGC_PASS_REASONS]; /* of the pass-through calls, those for each reason */
     uint64_t compressed;       /* compressed calls (dgc_registry_count_compressed) */
     uint64_t over_budget;      /* calls summed densely because some rank was over its budget */
     uint64_t failed[DGC_FAIL_CAUSES]; /* calls that failed on every rank, by the cause this rank saw */
@@ -312,8 +329,12 @@ typedef struct {
 } dgc_registry_totals;
 
 void dgc_registry_totals_get(dgc_registry_totals *t);
-/* A pass-through call of this many bytes (counted when statistics are kept). */
-void dgc_registry_count_passthrough(uint64_t bytes);
+/* A pass-through call of this many bytes, for this reason (counted when
+ * statistics are kept). */
+void dgc_registry_count_passthrough(uint64_t bytes, dgc_pass_reason why);
+/* 1 the first time in the process, then 0: a large sum of a type the shim
+ * does not compress is said once, whatever the statistics. */
+int dgc_registry_first_type_passthrough(void);
 /* One more compressed call in this process; returns the count so far. */
 uint64_t dgc_registry_count_compressed(void);
 void dgc_registry_count_over_budget(void);

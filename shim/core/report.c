@@ -58,6 +58,15 @@ void dgc_stats_report(void) {
                    "failed %s; steps with a saturated residual %llu", (unsigned long long)t.passthrough,
                    (unsigned long long)acc.total.calls, (unsigned long long)t.over_budget, failed,
                    (unsigned long long)t.saturated);
+    if (t.passthrough) {
+        char why[256];
+        size_t w = 0;
+        for (int i = 0; i < DGC_PASS_REASONS && w < sizeof why; i++)
+            if (t.passthrough_by[i])
+                w += (size_t)snprintf(why + w, sizeof why - w, "%s%s %llu", w ? ", " : "",
+                                      dgc_pass_reason_name((dgc_pass_reason)i), (unsigned long long)t.passthrough_by[i]);
+        dgc_log_tagged("STATS", "pass-through calls by reason: %s", why);
+    }
     dgc_log_tagged("STATS", "memory: %llu bytes in %llu live states (released %llu), peak %llu bytes",
                    (unsigned long long)t.bytes, (unsigned long long)t.live_states,
                    (unsigned long long)t.released_states, (unsigned long long)t.peak_bytes);

@@ -72,10 +72,14 @@ static void put_row(const dgc_report_row *r, void *ctx) {
 
 /* t: the snapshot the line began with, so that one line's figures agree. */
 static void put_totals(line *l, const dgc_registry_totals *t) {
-    put(l, "],\"passthrough_calls\":%llu,\"passthrough_bytes\":%llu,\"over_budget\":%llu,\"saturated\":%llu,"
-           "\"failed\":{",
+    put(l, "],\"passthrough_calls\":%llu,\"passthrough_bytes\":%llu,\"over_budget\":%llu,\"saturated\":%llu,",
         (unsigned long long)t->passthrough, (unsigned long long)t->passthrough_bytes,
         (unsigned long long)t->over_budget, (unsigned long long)t->saturated);
+    put(l, "\"passthrough_by\":{");
+    for (int i = 0; i < DGC_PASS_REASONS; i++)
+        put(l, "%s\"%s\":%llu", i ? "," : "", dgc_pass_reason_name((dgc_pass_reason)i),
+            (unsigned long long)t->passthrough_by[i]);
+    put(l, "},\"failed\":{");
     static const char *const causes[DGC_FAIL_CAUSES] = {"memory", "misalignment", "engine", "peer", "bad_payload"};
     for (int i = 0; i < DGC_FAIL_CAUSES; i++)
         put(l, "%s\"%s\":%llu", i ? "," : "", causes[i], (unsigned long long)t->failed[i]);

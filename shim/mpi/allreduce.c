@@ -2,6 +2,7 @@
  * comparisons against the installed configuration: no lock, allocation,
  * system call or environment read, since frameworks issue many tiny
  * all-reduces. Everything else is the compressed path. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -160,7 +161,9 @@ static int find_state(dgc_comm *c, const void *sb, const void *rb, const dgc_pla
     return DGC_PART_STATE;
 }
 
-static int compressed(const void *sb, void *rb, uint64_t count, MPI_Comm comm, int nranks, const dgc_config *cfg) {
+/* *why: the reason when it hands the call back (DGC_MPI_PASS). */
+static int compressed(const void *sb, void *rb, uint64_t count, MPI_Comm comm, int nranks, const dgc_config *cfg,
+                      dgc_pass_reason *why) {
     int rc;
     dgc_comm *c = dgc_mpi_comm(comm, nranks, cfg, &rc);
     if (!c) return dgc_mpi_fail(comm, rc);
@@ -169,10 +172,14 @@ static int compressed(const void *sb, void *rb, uint64_t count, MPI_Comm comm, i
         if (!c->table_full_warned++)
             DGC_WARN("a communicator has all-reduced %d distinct float counts: new counts pass through",
                      DGC_COUNTS_PER_COMM);
+        *why = DGC_PASS_TABLE;
         return DGC_MPI_PASS;
     }
     dgc_plan plan;
-    if (dgc_policy_plan(cfg, count, DGC_SUM_F32, step, nranks, &plan)) return DGC_MPI_PASS; /* too big for one all-gather */
+    if (dgc_policy_plan(cfg, count, DGC_SUM_F32, step, nranks, &plan)) { /* too big for one all-gather */
+        *why = DGC_PASS_LARGE;
+        return DGC_MPI_PASS;
+    }
     io_view v;
     dgc_buffer *b = NULL;
     int local = DGC_PART_FAILED;
@@ -188,22 +195,54 @@ static int compressed(const void *sb, void *rb, uint64_t count, MPI_Comm comm, i
     return rc;
 }
 
+/* Why a call that is_candidate or dgc_policy_compressible turned down
+ * passes through: the first of their tests it fails, in their order. */
+static dgc_pass_reason pass_reason(const dgc_config *cfg, MPI_Datatype dt, MPI_Op op, MPI_Count count, int nranks) {
+    if (!cfg->enable) return DGC_PASS_DISABLED;
+    if (op != MPI_SUM) return DGC_PASS_OP;
+    if (!is_float(dt)) return DGC_PASS_TYPE;
+    if (count < 0 || (uint64_t)count < cfg->min_elements) return DGC_PASS_SMALL;
+    if (nranks == 0 || (uint64_t)nranks < cfg->min_ranks) return DGC_PASS_RANKS;
+    return DGC_PASS_LARGE; /* past DGC_MAX_ELEMENTS */
+}
+
+/* A sum as large as a gradient's, in a type the shim does not compress
+ * (numpy's default float64, above all): said once per process, since the
+ * job then runs dense with nothing else to show it. Doubles are not
+ * compressed through an fp32 state on purpose: a program that sums in
+ * double chose the precision, and not every large sum is a gradient. */
+static void warn_type(const dgc_config *cfg, MPI_Datatype dt, MPI_Op op, MPI_Count count) {
+    if (!cfg->enable || op != MPI_SUM || count < 0 || (uint64_t)count < cfg->min_elements || is_float(dt)) return;
+    if (!dgc_registry_first_type_passthrough()) return;
+    char name[MPI_MAX_OBJECT_NAME] = "";
+    int len = 0;
+    if (PMPI_Type_get_name(dt, name, &len) != MPI_SUCCESS || len == 0) snprintf(name, sizeof name, "a derived type");
+    DGC_WARN("a %lld-element sum of %s passes through uncompressed: the shim compresses sums of 4-byte floats only "
+             "(MPI_FLOAT, MPI_REAL4). Send gradients as float32 (numpy: .astype(np.float32); PyTorch: float32 "
+             "tensors); said once, STATS counts such calls under \"type\"",
+             (long long)count, name);
+}
+
 int dgc_mpi_try_compressed(const void *sb, void *rb, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm) {
     const dgc_config *cfg = dgc_config_current();
+    dgc_pass_reason why = DGC_PASS_OTHER;
+    int n = -1;
     if (is_candidate(cfg, dt, op, count)) {
-        int n = intra_size(comm);
+        n = intra_size(comm);
         if (dgc_policy_compressible(cfg, (uint64_t)count, n)) {
-            int rc = compressed(sb, rb, (uint64_t)count, comm, n, cfg);
+            int rc = compressed(sb, rb, (uint64_t)count, comm, n, cfg, &why);
             if (rc != DGC_MPI_PASS) return rc;
         }
     }
+    warn_type(cfg, dt, op, count);
     /* Every call that goes on to PMPI_Allreduce is counted, also the ones
      * compressed() hands back (a communicator's count table full, a payload
      * too large for one all-gather). */
     if (dgc_config_counts(cfg)) {
         int size = 0;
         if (PMPI_Type_size(dt, &size) != MPI_SUCCESS || size < 0) size = 0;
-        dgc_registry_count_passthrough((uint64_t)count * (uint64_t)size);
+        if (why == DGC_PASS_OTHER) why = pass_reason(cfg, dt, op, count, n < 0 ? intra_size(comm) : n);
+        dgc_registry_count_passthrough((uint64_t)count * (uint64_t)size, why);
     }
     return DGC_MPI_PASS;
 }

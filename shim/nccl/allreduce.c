@@ -191,6 +191,7 @@ DGC_EXPORT ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size
     if (d != DECIDED_PASS && d != DECIDED_DENSE) return rc;
     dgc_registry_tally_add(DGC_TALLY_NCCL_PASSED);
     if (d == DECIDED_DENSE) dgc_registry_count_over_budget();
-    else if (dgc_config_counts(cfg)) dgc_registry_count_passthrough((uint64_t)count * dgc_nccl_type_size(datatype));
+    else if (dgc_config_counts(cfg))
+        dgc_registry_count_passthrough((uint64_t)count * dgc_nccl_type_size(datatype), dgc_nccl_pass_reason(&k, cfg));
     return api->all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
 }

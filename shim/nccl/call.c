@@ -563,6 +563,17 @@ static void count_call(dgc_nccl_call *k) {
     dgc_stats_file_tick();
 }
 
+dgc_pass_reason dgc_nccl_pass_reason(const dgc_nccl_call *k, const dgc_config *cfg) {
+    dgc_gpu_dtype t;
+    if (!cfg->enable) return DGC_PASS_DISABLED;
+    if (k->op != ncclSum && k->op != ncclAvg) return DGC_PASS_OP;
+    if (dgc_nccl_gpu_dtype(k->dtype, &t)) return DGC_PASS_TYPE;
+    if (k->count < cfg->min_elements) return DGC_PASS_SMALL;
+    if (k->c && (uint64_t)k->c->nranks < cfg->min_ranks) return DGC_PASS_RANKS;
+    if (k->count > DGC_MAX_ELEMENTS) return DGC_PASS_LARGE;
+    return DGC_PASS_OTHER;
+}
+
 static void finish(dgc_nccl_call *k, const dgc_config *cfg) {
     dgc_gpu_report *report = dgc_nccl_ext(k->c)->report;
     char err[256] = "";
@@ -572,7 +583,8 @@ static void finish(dgc_nccl_call *k, const dgc_config *cfg) {
         dgc_registry_tally_add(DGC_TALLY_NCCL_PASSED);
         if (k->forward == DGC_NCCL_FORWARD_DENSE) dgc_registry_count_over_budget();
         else if (dgc_config_counts(cfg))
-            dgc_registry_count_passthrough((uint64_t)k->count * dgc_nccl_type_size(k->dtype));
+            dgc_registry_count_passthrough((uint64_t)k->count * dgc_nccl_type_size(k->dtype),
+                                           dgc_nccl_pass_reason(k, cfg));
         break;
     case DGC_NCCL_STATE:
         failed = (dense(k) ? dgc_gpu_decode_dense : dgc_gpu_decode)(k->b->gpu, k->recv, k->gpu_dtype, &k->plan.p,

@@ -308,6 +308,9 @@ struct dgc_nccl_call {
 
 /* dtype as the engine's type; -1 when it is not one it compresses. */
 int dgc_nccl_gpu_dtype(ncclDataType_t dtype, dgc_gpu_dtype *out);
+
+/* Why a call that passes through does (call.c), for the statistics. */
+dgc_pass_reason dgc_nccl_pass_reason(const dgc_nccl_call *k, const dgc_config *cfg);
 /* Bytes per element of any NCCL type (0: unknown), for the statistics. */
 size_t dgc_nccl_type_size(ncclDataType_t dtype);
 

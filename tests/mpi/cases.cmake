@@ -127,8 +127,24 @@ add_test(NAME mpi.compensation_matches_plain_sgd
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/mpi/compensation.sh ${RUN_CASE})
 math(EXPR three_jobs "3 * ${DGC_CASE_TIMEOUT}")
 set_tests_properties(mpi.compensation_matches_plain_sgd PROPERTIES ENVIRONMENT "${CASE_ENV}" TIMEOUT ${three_jobs})
+# Density 1 sends every element in the call it came in (issue 43: a sampled
+# threshold held back what lay below the sample): integer sums exact at
+# 100, 1000, 20,000 and 200,000 floats, 3 calls each, under each transport;
+# STATS shows all 12 calls compressed.
+set(DENSITY1 -e DGC_SPARSITY=0 -e DGC_MIN_ELEMENTS=1 -e DGC_VALUE_BITS=32 -e DGC_STATS=1
+    --grep "pass-through calls 0, compressed calls 12,")
+mpi_case(density1_exact_sparse ${DENSITY1} -e DGC_TRANSPORT=sparse -- exact --steps 3)
+mpi_case(density1_exact_reduce ${DENSITY1} -e DGC_TRANSPORT=reduce -- exact --steps 3)
+mpi_case(density1_exact_auto ${DENSITY1} -- exact --steps 3)
 mpi_case(drain_many_steps -e DGC_SPARSITY=0.99 -- drain --n 20000 --steps 200 --sparsity 0.99)
 mpi_case(passthrough -- passthrough --expect-compressed 1)
+# Pass-through calls by reason in STATS, and one WARN per process for a sum
+# as large as a gradient's in a type the shim does not compress (the mode's
+# first is a 100,000-element MPI_INT sum; MPI_DOUBLE follows, unsaid).
+mpi_case(passthrough_reasons -e DGC_STATS=1
+         --grep "STATS pass-through calls by reason: op 2, type 4, small 4$"
+         --times 4 "WARN a 100000-element sum of MPI_INT passes through uncompressed"
+         --times 0 "WARN .* sum of MPI_DOUBLE" -- passthrough --expect-compressed 1)
 mpi_case(passthrough_disabled -e DGC_ENABLE=0 -- passthrough --expect-compressed 0)
 mpi_case(passthrough_min_elements -e DGC_MIN_ELEMENTS=200000 -- passthrough --expect-compressed 0)
 mpi_case(passthrough_min_ranks -e DGC_MIN_RANKS=8 -- passthrough --expect-compressed 0)
@@ -136,12 +152,20 @@ mpi_case(stats_ratio -e DGC_STATS=1 -e DGC_VALUE_BITS=16 --grep "STATS +0x[0-9a-
          -- stats)
 mpi_case(banner -e DGC_LOG_LEVEL=info --grep "rank 0 dgcshim INFO dgcshim active \\(host engine: (avx512|avx2|generic), built for (Open MPI|MPICH) [0-9.a-z]+, MPI [34]\\.[0-9], (Open MPI|MPICH) ABI\\): DGC_ENABLE=1 DGC_SPARSITY=0.999"
          -- passthrough)
+# A start-up check that fails stops the job with every rank's own line: each
+# rank leaves through MPI_Finalize (a rank's MPI_Abort had MPICH's hydra drop
+# lines still in flight), so --times counts all 4.
 mpi_case(mismatched_sparsity --split DGC_SPARSITY=0.99,0.9
-         --fail "rank [0-9] dgcshim ERROR DGC_SPARSITY differs between ranks" -- passthrough)
+         --fail "rank [0-9] dgcshim ERROR DGC_SPARSITY differs between ranks"
+         --times 4 "rank [0-9] dgcshim ERROR DGC_SPARSITY differs between ranks"
+         --times 4 "rank [0-9] dgcshim ERROR stopping: fix the DGC_[*] environment" -- passthrough)
 mpi_case(bad_sparsity -e DGC_SPARSITY=1.5
-         --fail "dgcshim ERROR invalid DGC_SPARSITY='1.5': accepted .0, 1. " -- passthrough)
+         --fail "dgcshim ERROR invalid DGC_SPARSITY='1.5': accepted .0, 1. "
+         --times 4 "dgcshim ERROR invalid DGC_SPARSITY='1.5'" -- passthrough)
 mpi_case(bad_min_elements_on_one_rank --split DGC_MIN_ELEMENTS=1000,-3
-         --fail "invalid DGC_MIN_ELEMENTS='-3'" -- passthrough)
+         --fail "invalid DGC_MIN_ELEMENTS='-3'"
+         --times 2 "rank [0-9] dgcshim ERROR invalid DGC_MIN_ELEMENTS='-3'"
+         --times 2 "rank [0-9] dgcshim ERROR another rank rejected its DGC_[*] environment" -- passthrough)
 
 # A real training run under the shim: the C trainer on a slice of
 # Fashion-MNIST (needs Debian's dataset-fashion-mnist; without it the case
