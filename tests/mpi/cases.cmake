@@ -142,6 +142,12 @@ mpi_case(bad_sparsity -e DGC_SPARSITY=1.5
          --fail "dgcshim ERROR invalid DGC_SPARSITY='1.5': accepted .0, 1. " -- passthrough)
 mpi_case(bad_min_elements_on_one_rank --split DGC_MIN_ELEMENTS=1000,-3
          --fail "invalid DGC_MIN_ELEMENTS='-3'" -- passthrough)
+# A misspelt name is an error too, not a setting silently left at its
+# default: the job stops, naming it and the setting it is closest to. (The
+# case runs with DGC_SANITIZE in its environment, a name the project's
+# scripts reserve, which must pass.)
+mpi_case(unknown_name -e DGC_SPARSTY=0.99
+         --fail "dgcshim ERROR unknown variable DGC_SPARSTY, did you mean DGC_SPARSITY[?]" -- passthrough)
 
 # A real training run under the shim: the C trainer on a slice of
 # Fashion-MNIST (needs Debian's dataset-fashion-mnist; without it the case
