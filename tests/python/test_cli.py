@@ -96,6 +96,40 @@ class Run(unittest.TestCase):
                 self.assertIn("accepted", r.stderr)
                 self.assertFalse(os.path.exists(marker), "the command ran despite %s" % name)
 
+    def test_unknown_name_refused_before_the_launcher_starts(self):
+        """A misspelt DGC_* name stops run with the library's message and the closest name; the names the
+        project's scripts reserve (DGC_TEST_*) pass."""
+        with tempfile.TemporaryDirectory() as d:
+            marker = os.path.join(d, "started")
+            r = sh([DGCSHIM, "run", "--", "sh", "-c", "touch " + marker], env=clean_env(DGC_SPARSTY="0.99"),
+                   check=False)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("unknown variable DGC_SPARSTY, did you mean DGC_SPARSITY?", r.stderr)
+            self.assertFalse(os.path.exists(marker))
+            sh([DGCSHIM, "run", "--", "sh", "-c", "touch " + marker], env=clean_env(DGC_TEST_ANYTHING="1"))
+            self.assertTrue(os.path.exists(marker))
+
+    def test_unpreloadable_library_path_refused(self):
+        """A library path with a space or a colon, which LD_PRELOAD splits on, is refused with the path and the
+        fix, before the command starts."""
+        lib = sh([DGCSHIM, "lib"], env=clean_env()).stdout.strip()
+        with tempfile.TemporaryDirectory() as d:
+            marker = os.path.join(d, "started")
+            for folder in ("with space", "with:colon"):
+                copy = os.path.join(d, folder, "libdgcshim.so")
+                os.makedirs(os.path.dirname(copy))
+                shutil.copy(lib, copy)
+                r = sh([DGCSHIM, "run", "--", "sh", "-c", "touch " + marker], env=clean_env(DGCSHIM_LIBRARY=copy),
+                       check=False)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn(repr(copy), r.stderr)
+                self.assertIn("ld.so cannot preload it", r.stderr)
+                self.assertIn("DGCSHIM_LIBRARY", r.stderr)
+                self.assertNotIn("Traceback", r.stderr)
+                self.assertFalse(os.path.exists(marker), folder)
+                r = sh([DGCSHIM, "lib"], env=clean_env(DGCSHIM_LIBRARY=copy), check=False)
+                self.assertEqual((r.returncode, r.stdout), (2, ""), folder)
+
     def test_exit_status_and_preload_order(self):
         """COMMAND's exit status comes back; the shim goes in front of an LD_PRELOAD already set."""
         r = sh([DGCSHIM, "run", "--", "sh", "-c", 'echo "$LD_PRELOAD"; exit 7'],
@@ -106,7 +140,7 @@ class Run(unittest.TestCase):
 
     def test_help(self):
         """Each subcommand's --help prints and exits 0; run's lists a flag for every variable."""
-        for sub in ("run", "doctor", "config", "report"):
+        for sub in ("run", "doctor", "config", "report", "lib"):
             r = sh([DGCSHIM, sub, "--help"], env=clean_env())
             self.assertIn("usage:", r.stdout)
         out = sh([DGCSHIM, "run", "--help"], env=clean_env()).stdout
@@ -195,6 +229,44 @@ class Config(unittest.TestCase):
         r = sh([DGCSHIM, "config"], env=clean_env(DGC_SPARSITY="7"), check=False)
         self.assertEqual(r.returncode, 2)
         self.assertIn("invalid DGC_SPARSITY='7'", r.stderr)
+
+    def test_unknown_name_flagged(self):
+        r = sh([DGCSHIM, "config"], env=clean_env(DGC_MOMENTM="0.9"), check=False)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("dgcshim: unknown variable DGC_MOMENTM, did you mean DGC_MOMENTUM?", r.stderr)
+        r = sh([DGCSHIM, "config", "--json"], env=clean_env(DGC_MOMENTM="0.9"), check=False)
+        out = json.loads(r.stdout)
+        self.assertEqual((r.returncode, out["valid"]), (2, False))
+        self.assertIn("did you mean DGC_MOMENTUM?", out["problem"])
+
+    def test_a_closed_pipe_is_no_traceback(self):
+        """dgcshim config | head: the reader gone before the output is written is no error of the user's."""
+        read, write = os.pipe()
+        os.close(read)  # a reader that has already gone
+        try:
+            r = subprocess.run([DGCSHIM, "config"], stdout=write, stderr=subprocess.PIPE, text=True,
+                               env=clean_env(), timeout=60)
+        finally:
+            os.close(write)
+        self.assertNotIn("Traceback", r.stderr)
+        self.assertEqual((r.returncode, r.stderr), (141, ""))
+
+
+@unittest.skipUnless(VENV, "DGC_TEST_VENV unset: run through scripts/test-python.sh")
+class Lib(unittest.TestCase):
+    def test_prints_the_library_run_preloads(self):
+        lib = sh([DGCSHIM, "lib"], env=clean_env()).stdout
+        self.assertTrue(lib.endswith("/dgcshim/lib/libdgcshim.so\n") and os.path.isabs(lib), lib)
+        self.assertTrue(os.path.isfile(lib.strip()))
+        preload = sh([DGCSHIM, "run", "--", "sh", "-c", 'echo "$LD_PRELOAD"'], env=clean_env()).stdout
+        self.assertEqual(preload, lib)
+        mpich = os.path.join(os.path.dirname(lib.strip()), "libdgcshim-mpich.so")
+        r = sh([DGCSHIM, "lib", "--mpich"], env=clean_env(), check=False)
+        if os.path.exists(mpich):
+            self.assertEqual((r.returncode, r.stdout), (0, mpich + "\n"))
+        else:
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("no library for mpich", r.stderr)
 
 
 @unittest.skipUnless(VENV, "DGC_TEST_VENV unset: run through scripts/test-python.sh")
