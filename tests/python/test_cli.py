@@ -198,6 +198,58 @@ class Doctor(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn("ddp: cannot work here", r.stdout)
 
+    def test_mpi4py_reported(self):
+        """The venv sees Debian's mpi4py: its line says which MPI it loads."""
+        checks = json.loads(sh([DGCSHIM, "doctor", "--json"], env=clean_env()).stdout)["checks"]
+        mpi4py = [c for c in checks if c["check"] == "mpi4py"]
+        self.assertEqual([c["status"] for c in mpi4py], ["OK"], mpi4py)
+        self.assertIn("Open MPI", mpi4py[0]["message"])
+
+    def test_says_why_a_package_does_not_import(self):
+        """A venv made without --system-site-packages: PyTorch and mpi4py are not importable, and doctor says
+        why (it cannot see the system's site-packages, where /usr/bin/python3 has them) and what to do."""
+        with tempfile.TemporaryDirectory() as d:
+            sh(["/usr/bin/python3", "-m", "venv", "--without-pip", os.path.join(d, "bare")])
+            python = os.path.join(d, "bare", "bin", "python")
+            checks = json.loads(sh([DGCSHIM, "doctor", "--json", "--python", python], env=clean_env()).stdout)["checks"]
+            by = {c["check"]: c for c in checks}
+            for name, module in (("PyTorch", "torch"), ("mpi4py", "mpi4py")):
+                c = by[name]
+                self.assertEqual(c["status"], "WARN", c)
+                self.assertIn("No module named '%s'" % module, c["message"])
+                self.assertIn("does not see the system's site-packages", c["message"])
+                self.assertIn("--system-site-packages", c["message"])
+                self.assertIn("--python /usr/bin/python3", c["message"])
+            self.assertIn("install it", by["Horovod"]["message"])  # Debian's python3 has no Horovod either
+
+    def test_never_should_work_under_a_failed_check(self):
+        """--for X says "should work here" (and exits 0) only when every check X needs said OK: Horovod not
+        importable (the bare venv) is not shown to work."""
+        with tempfile.TemporaryDirectory() as d:
+            sh(["/usr/bin/python3", "-m", "venv", "--without-pip", os.path.join(d, "bare")])
+            python = os.path.join(d, "bare", "bin", "python")
+            r = sh([DGCSHIM, "doctor", "--for", "horovod", "--python", python], env=clean_env(), check=False)
+            self.assertEqual(r.returncode, 1, r.stdout)
+            self.assertIn("WARN Horovod", r.stdout)
+            self.assertIn("horovod: not shown to work here (the WARN lines above: Horovod)", r.stdout)
+            self.assertNotIn("should work", r.stdout)
+            for path in ("ddp", "horovod", "mpi"):
+                j = sh([DGCSHIM, "doctor", "--json", "--for", path, "--python", python], env=clean_env(), check=False)
+                out = json.loads(j.stdout)
+                ok = all(c["status"] == "OK" for c in out["checks"] if path in c["for"])
+                self.assertEqual((out["works"], j.returncode), (ok, 0 if ok else 1), path)
+
+    def test_unpreloadable_library_is_flagged(self):
+        lib = sh([DGCSHIM, "lib"], env=clean_env()).stdout.strip()
+        with tempfile.TemporaryDirectory() as d:
+            copy = os.path.join(d, "a b", "libdgcshim.so")
+            os.makedirs(os.path.dirname(copy))
+            shutil.copy(lib, copy)
+            r = sh([DGCSHIM, "doctor", "--for", "mpi"], env=clean_env(DGCSHIM_LIBRARY=copy), check=False)
+            self.assertEqual(r.returncode, 1)
+            self.assertRegex(r.stdout, r"(?m)^NO   library +the library's path '.*/a b/libdgcshim.so' holds a space")
+            self.assertIn("mpi: cannot work here (the NO lines above: library)", r.stdout)
+
     @unittest.skipIf(os.environ.get("DGC_TEST_HOROVOD") == "0" or not os.path.exists(HOROVOD_TF),
                      "no .venv/horovod-tf (DGC_TEST_HOROVOD=0, or scripts/deps.sh horovod-tf not run)")
     def test_horovod_tensorflow(self):
