@@ -350,6 +350,22 @@ class Report(unittest.TestCase):
                                                                         "--train-limit", "3000"], env=clean_env())
             out = sh([DGCSHIM, "report", stem + ".0", stem + ".1"]).stdout
             self.assertEqual(len(re.findall(r"^== .*: rank [01], exit line", out, re.M)), 2, out)
+            # the --stats-file prefix itself: every rank's file, in rank order
+            self.assertEqual(sh([DGCSHIM, "report", stem]).stdout, out)
+            # a plot into a folder that does not exist yet: made
+            png = os.path.join(d, "new", "folder", "p.png")
+            sh([DGCSHIM, "report", stem, "--plot", png])
+            self.assertGreater(os.path.getsize(png), 10000)
+
+    def test_mistakes_get_one_line(self):
+        with tempfile.TemporaryDirectory() as d:
+            for args, said in ((["nope"], "no file %s/nope, nor %s/nope.0" % (d, d)),
+                               ([d], "cannot read %s: Is a directory" % d)):
+                r = sh([DGCSHIM, "report"] + [os.path.join(d, a) for a in args], check=False)
+                self.assertEqual(r.returncode, 1)
+                self.assertNotIn("Traceback", r.stderr)
+                self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+                self.assertIn(said, r.stderr)
 
 
 @unittest.skipUnless(VENV, "DGC_TEST_VENV unset: run through scripts/test-python.sh")
