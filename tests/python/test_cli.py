@@ -390,6 +390,69 @@ class HorovodGroups1(unittest.TestCase):
         self.assertIn("no Python interpreter", r.stderr)
 
 
+def read_doc(name):
+    with open(os.path.join(ROOT, name)) as f:
+        return f.read()
+
+
+def code_blocks(text, lang=None):
+    """The fenced code blocks of a Markdown text (those of one language when given)."""
+    return [body for tag, body in re.findall(r"(?ms)^```(\w*)\n(.*?)^```", text) if lang is None or tag == lang]
+
+
+class Docs(unittest.TestCase):
+    """The README's and docs/python.md's commands, as a new user copies them onto a 2-core machine as root."""
+    DOCS = ("README.md", os.path.join("docs", "python.md"))
+
+    def test_mpirun_lines_run_as_root_on_two_cores(self):
+        for doc in self.DOCS:
+            lines = [l for b in code_blocks(read_doc(doc)) for l in b.splitlines() if re.search(r"(^|\s)mpirun\s+-", l)]
+            self.assertTrue(lines, doc)
+            for line in lines:
+                self.assertIn("--allow-run-as-root", line, doc)
+                self.assertIn("--oversubscribe", line, doc)
+
+    def test_python_way_has_the_warm_up(self):
+        readme = read_doc("README.md")
+        way = readme[readme.index("**The Python user's way**"):]
+        self.assertIn("--warmup-steps", code_blocks(way, "sh")[0])
+        self.assertIn("--warmup-steps", code_blocks(read_doc(os.path.join("docs", "python.md")), "sh")[0])
+
+    def test_lib_is_how_a_hand_written_preload_finds_the_library(self):
+        for doc in self.DOCS:
+            self.assertIn("LD_PRELOAD=$(.venv/dgc/bin/dgcshim lib)", read_doc(doc), doc)
+
+    def test_mpi4py_example_is_the_pattern_users_write(self):
+        """The README's lines are the ones of docs/python.md's whole step."""
+        step = mpi4py_example()
+        readme = [b for b in code_blocks(read_doc("README.md"), "python") if "Allreduce" in b]
+        self.assertEqual(len(readme), 1)
+        for line in readme[0].strip().splitlines():
+            self.assertIn(line.strip(), step)
+        self.assertIn("torch.cat([p.grad.view(-1) for p in model.parameters()]).numpy()", step)
+        self.assertIn("comm.Allreduce(MPI.IN_PLACE, flat)", step)
+
+
+def mpi4py_example():
+    page = read_doc(os.path.join("docs", "python.md"))
+    section = page[page.index("## An mpi4py training step"):]
+    return code_blocks(section, "python")[0]
+
+
+@unittest.skipUnless(VENV, "DGC_TEST_VENV unset: run through scripts/test-python.sh")
+class DocsRun(unittest.TestCase):
+    def test_mpi4py_example_runs_under_the_shim(self):
+        """docs/python.md's mpi4py step, as written, under dgcshim run on 2 ranks: all 20 steps compressed."""
+        with tempfile.TemporaryDirectory() as d:
+            script = os.path.join(d, "train.py")
+            with open(script, "w") as f:
+                f.write(mpi4py_example())
+            r = sh([DGCSHIM, "run", "--momentum", "0.9", "--stats", "--"] + MPIRUN +
+                   ["-np", "2", os.path.join(VENV, "bin", "python"), script], env=clean_env())
+            report = [l for l in stats_lines(r.stderr) if l.startswith("pass-through")]
+            self.assertIn("compressed calls 20,", report[0])
+
+
 class Launch(unittest.TestCase):
     """The rewriting of commands, without running them (the package's own module)."""
     @classmethod
