@@ -85,9 +85,28 @@ typedef enum {
 typedef const char *(*dgc_env_lookup)(const char *name);
 
 /* Fills *cfg from the environment. Returns 0, or -1 with a message naming the
- * variable, the value and the accepted range in err. On error *cfg holds the
- * defaults for every variable, so callers can still log sensibly. */
+ * variable, the value and the accepted range in err. A DGC_* name in the
+ * process's environment (environ) that is neither a setting nor reserved
+ * (dgc_config_reserved) is an error too, "unknown variable DGC_SPARSTY, did
+ * you mean DGC_SPARSITY? ...": a typo must not leave a setting at its
+ * default unnoticed. On error *cfg holds the defaults for every variable, so
+ * callers can still log sensibly. */
 int dgc_config_parse(dgc_config *cfg, dgc_env_lookup lookup, char *err, size_t errlen);
+
+/* dgc_config_parse with the names to check given: envp in environ's form
+ * ("NAME=VALUE", NULL-terminated; NULL: none). Values still come from lookup. */
+int dgc_config_parse_env(dgc_config *cfg, dgc_env_lookup lookup, char *const *envp, char *err, size_t errlen);
+
+/* 1 when name belongs to the project's scripts and tests, not to the library
+ * (DGC_TEST_*, DGC_SANITIZE, ...: docs/configuration.md lists them). */
+int dgc_config_reserved(const char *name);
+
+/* The i-th entry of the reserved list ("DGC_TEST_", prefix 1), NULL past its end. */
+const char *dgc_config_reserved_at(size_t i, int *prefix);
+
+/* The setting whose name is closest to name's first len bytes (edit
+ * distance, case ignored) when it is close, else NULL. */
+const char *dgc_config_suggest(const char *name, size_t len);
 
 /* 1 when statistics are kept: for the report (DGC_STATS) or the file (DGC_STATS_FILE). */
 static inline int dgc_config_counts(const dgc_config *cfg) { return cfg->stats || cfg->stats_file[0]; }

@@ -10,7 +10,8 @@ from . import __version__, launch, options, paths
 USAGE = """dgcshim run [SETTINGS] [--horovod-groups1] [--verbose] -- COMMAND ...
        dgcshim doctor [--for ddp|horovod|mpi] [--json] [--python PATH]
        dgcshim config [--json]
-       dgcshim report FILE... [--plot OUT.png]"""
+       dgcshim report FILE... [--plot OUT.png]
+       dgcshim lib [--mpich]"""
 
 
 def err(msg):
@@ -69,6 +70,10 @@ def cmd_run(argv):
     except paths.NotFound as e:
         err(str(e))
         return 2
+    problem = paths.preload_problem(lib)
+    if problem:
+        err(problem)
+        return 2
     preload = lib + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
     names = sorted(k for k in env if k.startswith("DGC_"))
     if args.horovod_groups1:
@@ -122,7 +127,40 @@ def cmd_config(argv):
     return 0
 
 
+def cmd_lib(argv):
+    p = argparse.ArgumentParser(prog="dgcshim lib", description="Prints the installed library's absolute path, "
+                                "for an LD_PRELOAD written by hand: mpirun -x LD_PRELOAD=$(dgcshim lib) ...")
+    p.add_argument("--mpi", choices=("openmpi", "mpich"), help="the MPI family's library (default: Open MPI's "
+                   "where installed)")
+    p.add_argument("--mpich", dest="mpi", action="store_const", const="mpich", help="the same as --mpi mpich")
+    args = p.parse_args(argv)
+    try:
+        lib = paths.library(args.mpi)
+    except paths.NotFound as e:
+        err(str(e))
+        return 2
+    problem = paths.preload_problem(lib)
+    if problem:
+        err(problem)
+        return 2
+    print(lib)
+    return 0
+
+
 def main(argv=None):
+    try:
+        rc = dispatch(argv)
+        sys.stdout.flush()  # here, not at exit, where a closed pipe's error would escape this handler
+        return rc
+    except BrokenPipeError:
+        # The reader went away (dgcshim config | head): not an error of ours.
+        # Output to nowhere from here on, so that the exit's flush is quiet too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # as a program killed by SIGPIPE, which the shell reports so
+
+
+def dispatch(argv):
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
@@ -141,5 +179,7 @@ def main(argv=None):
     if sub == "report":
         from . import report
         return report.main(rest)
+    if sub == "lib":
+        return cmd_lib(rest)
     err("unknown command %r\n%s" % (sub, USAGE))
     return 2

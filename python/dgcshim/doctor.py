@@ -15,25 +15,83 @@ from . import elf, launch, options, paths
 OK, WARN, NO = "OK", "WARN", "NO"
 
 
+# Where Debian's python3-torch, python3-mpi4py, ... are installed: for this
+# interpreter only, which a venv sees only when made from it with
+# --system-site-packages.
+SYSTEM_PYTHON = "/usr/bin/python3"
+INSTALL = {"torch": "pip install torch, or Debian's python3-torch",
+           "mpi4py": "pip install mpi4py, or Debian's python3-mpi4py",
+           "horovod": "HOROVOD_WITH_MPI=1 pip install horovod, as scripts/deps.sh horovod-torch does"}
+
+VENV_FACTS = """import json, os, sys
+cfg, system = os.path.join(sys.prefix, 'pyvenv.cfg'), None
+if os.path.exists(cfg):
+    for line in open(cfg):
+        k, _, v = line.partition('=')
+        if k.strip() == 'include-system-site-packages':
+            system = v.strip().lower() == 'true'
+print(json.dumps({'version': '%d.%d' % sys.version_info[:2], 'venv': sys.prefix != sys.base_prefix,
+                  'system_site': system, 'base': sys.base_prefix}))"""
+
+
 class Doctor:
     def __init__(self, python):
         self.python = python
         self.checks = []
+        self.last_error = None
+        self._interpreter = None
 
     def say(self, name, status, message, paths_=(), **facts):
         self.checks.append({"check": name, "status": status, "message": message, "for": list(paths_), "facts": facts})
 
-    def probe(self, code, timeout=120):
-        """Runs code in the Python asked about; its last stdout line as JSON, or None."""
+    def probe(self, code, timeout=120, python=None):
+        """Runs code in the Python asked about; its last stdout line as JSON, or
+        None, with what went wrong (the error's last line) in last_error."""
         try:
-            r = subprocess.run([self.python, "-c", code], capture_output=True, text=True, timeout=timeout)
-        except (OSError, subprocess.SubprocessError):
+            r = subprocess.run([python or self.python, "-c", code], capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.last_error = "no answer in %d s" % timeout
+            return None
+        except OSError as e:
+            self.last_error = "cannot run %s: %s" % (python or self.python, e.strerror)
             return None
         lines = r.stdout.strip().splitlines()
+        errors = r.stderr.strip().splitlines()
+        self.last_error = errors[-1].strip() if errors else "exit status %d" % r.returncode
         try:
             return json.loads(lines[-1]) if r.returncode == 0 and lines else None
         except ValueError:
             return None
+
+    def interpreter(self):
+        """The Python asked about: version, venv or not, whether it sees its base's site-packages."""
+        if self._interpreter is None:
+            self._interpreter = self.probe(VENV_FACTS, timeout=30) or {}
+        return self._interpreter
+
+    def why_not(self, module):
+        """Why module does not import in the Python asked about, and what to do, in one clause."""
+        error = self.last_error or "no answer"
+        me = self.interpreter()
+        if not me:
+            return "%s (%s): pass --python a working interpreter" % (self.python, error)
+        said = "%s (%s)" % (self.python, error)
+        if not error.startswith("ModuleNotFoundError"):
+            return "%s: it is installed but fails to import" % said
+        # A venv's python links to its base's binary: the system Python itself is told by its prefix, not its path.
+        elsewhere = os.path.exists(SYSTEM_PYTHON) and (me["venv"] or me["base"] != "/usr")
+        system_has = elsewhere and self.probe("import importlib.util, json; print(json.dumps("
+                                              "importlib.util.find_spec(%r) is not None))" % module, timeout=30,
+                                              python=SYSTEM_PYTHON)
+        if system_has and me["venv"] and me["base"] == "/usr" and not me["system_site"]:
+            return ("%s: this venv does not see the system's site-packages, where %s has %s: make it with "
+                    "`%s -m venv --system-site-packages DIR`, or pass --python %s" % (
+                        said, SYSTEM_PYTHON, module, SYSTEM_PYTHON, SYSTEM_PYTHON))
+        if system_has and me["base"] != "/usr":
+            return ("%s: this is Python %s from %s, while %s is installed for Debian's %s: make a venv with "
+                    "`%s -m venv --system-site-packages DIR`, or pass --python %s" % (
+                        said, me["version"], me["base"], module, SYSTEM_PYTHON, SYSTEM_PYTHON, SYSTEM_PYTHON))
+        return "%s: install it (%s), or pass --python a Python that has it" % (said, INSTALL.get(module, module))
 
 
 def check_library(d):
@@ -49,6 +107,10 @@ def check_library(d):
         gpu = ("CUDA for sm_%s (toolkit %s), NCCL front end built in" %
                (info.get("cuda_architectures", "?").replace(";", ", sm_"), info.get("cuda_toolkit", "?"))
                if info.get("nccl_front_end") else "CPU only: the MPI path (no NCCL front end)")
+        problem = paths.preload_problem(path)
+        if problem:
+            d.say("library", NO, problem, ("ddp", "horovod", "mpi"), path=path, build=info)
+            continue
         d.say("library", OK if info else WARN, "%s: version %s, for %s (MPI %s), %s%s" % (
             path, info.get("version", "?"), info.get("mpi_family", "?"), info.get("mpi_standard", "?"), gpu,
             ", sanitizers" if info.get("sanitize") else ""), (), path=path, build=info)
@@ -107,7 +169,7 @@ def check_mpi(d, infos):
     elif launcher_family:
         d.say("MPI family", OK, "mpirun and the library agree (%s); `dgcshim run` picks it for mpirun" %
               launcher_family, ())
-    mpi4py = d.probe("import json; from mpi4py import MPI; print(json.dumps(MPI.Get_library_version().strip()"
+    mpi4py = d.probe("import json; from mpi4py import MPI; print(json.dumps(MPI.Get_library_version().strip('\\0 \\n')"
                      ".splitlines()[0]))", timeout=60)
     if mpi4py:
         fam = launch.mpi_family_of_version(mpi4py)
@@ -115,6 +177,10 @@ def check_mpi(d, infos):
         d.say("mpi4py", status, "loads %s%s" % (mpi4py, "" if status == OK else
                                                 ": no library of this installation is built for it"), (),
               library_version=mpi4py)
+    else:
+        # Not needed by the MPI path as such (C, Fortran, Horovod call MPI themselves): no path is blocked.
+        d.say("mpi4py", WARN, "not importable by %s; Python programs that call MPI through mpi4py need it" %
+              d.why_not("mpi4py"), ())
     return usable
 
 
@@ -131,7 +197,7 @@ def check_torch(d):
                    "'lib': os.path.join(os.path.dirname(torch.__file__), 'lib'), "
                    "'mpi': torch.distributed.is_mpi_available(), 'gpus': torch.cuda.device_count() if c else 0}))")
     if info is None:
-        d.say("PyTorch", WARN, "not importable by %s: nothing to check for DDP" % d.python, ("ddp",))
+        d.say("PyTorch", WARN, "not importable by %s; nothing to check for DDP" % d.why_not("torch"), ("ddp",))
         return
     if not info["cuda"]:
         d.say("PyTorch", NO, "%s is a CPU-only build: no NCCL, so DDP's gradients never reach ncclAllReduce here%s" % (
@@ -160,7 +226,7 @@ def check_horovod(d):
         "'dir': os.path.dirname(m.__file__)}\n    except Exception:\n        pass\n"
         "print(json.dumps(out))", timeout=180)
     if info is None:
-        d.say("Horovod", WARN, "not importable by %s: nothing to check" % d.python, ("horovod",))
+        d.say("Horovod", WARN, "not importable by %s; nothing to check" % d.why_not("horovod"), ("horovod",))
         return
     if not info["frameworks"]:
         d.say("Horovod", NO, "%s has no framework built in (horovod.torch and horovod.tensorflow are empty)" %
@@ -249,13 +315,25 @@ def main(argv):
     check_horovod(d)
     check_tensorflow(d)
     check_gpu(d, infos)
-    blocked = [c for c in d.checks if c["status"] == NO and args.path in c["for"]] if args.path else []
+    needed = [c for c in d.checks if args.path in c["for"]] if args.path else []
+    blocked = [c for c in needed if c["status"] == NO]
+    unsure = [c for c in needed if c["status"] == WARN]
     if args.json:
-        print(json.dumps({"checks": d.checks, "for": args.path, "works": not blocked if args.path else None},
-                         indent=1, default=str))
+        print(json.dumps({"checks": d.checks, "for": args.path,
+                          "works": not (blocked or unsure) if args.path else None}, indent=1, default=str))
     else:
         for c in d.checks:
             print("%-4s %-12s %s" % (c["status"], c["check"], c["message"]))
         if args.path:
-            print("%s: %s" % (args.path, "cannot work here (the NO lines above)" if blocked else "should work here"))
-    return 1 if blocked else 0
+            print("%s: %s" % (args.path, verdict(blocked, unsure)))
+    return 1 if blocked or unsure else 0
+
+
+def verdict(blocked, unsure):
+    """The last line of --for: "should work" only when every check the path needs said OK."""
+    names = lambda cs: ", ".join(sorted(set(c["check"] for c in cs)))
+    if blocked:
+        return "cannot work here (the NO lines above: %s)" % names(blocked)
+    if unsure:
+        return "not shown to work here (the WARN lines above: %s)" % names(unsure)
+    return "should work here (every check it needs said OK)"

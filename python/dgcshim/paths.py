@@ -39,6 +39,25 @@ def library(family=None):
     return libs[family]
 
 
+# ld.so splits LD_PRELOAD on spaces and colons (ld.so(8)): a library whose
+# path holds one cannot be preloaded by that path. A symlink under a safe
+# temporary folder would work on this host only (mpirun's remote ranks would
+# not have it) and would outlive the job (run replaces itself with COMMAND),
+# so the command refuses and says how to fix it instead.
+UNPRELOADABLE = {" ": "a space", ":": "a colon"}
+
+
+def preload_problem(path):
+    """None when ld.so can preload path through LD_PRELOAD, else why not and the fix."""
+    bad = [word for ch, word in UNPRELOADABLE.items() if ch in path]
+    if not bad:
+        return None
+    return ("the library's path %r holds %s, where LD_PRELOAD splits its list, so ld.so cannot preload it: "
+            "install the package in a folder whose path has none (python3 -m venv --system-site-packages "
+            "/opt/dgc && /opt/dgc/bin/pip install .), or copy the library to such a path and set "
+            "DGCSHIM_LIBRARY to the copy" % (path, " and ".join(bad)))
+
+
 def options_program():
     env = os.environ.get("DGCSHIM_OPTIONS")
     path = env or os.path.join(HERE, "bin", "dgcshim-options")

@@ -14,9 +14,47 @@ CAUSES = (("memory", "for memory"), ("misalignment", "for misalignment"), ("engi
 SUMMED = ("calls", "nonfinite", "dense_bytes", "wire_bytes", "engine_seconds", "dense_transport", "reduce_transport")
 
 
+def rank_files(prefix):
+    """PATH.0, PATH.1, ... (then PATH.pidN) that DGC_STATS_FILE=PATH made, in rank order."""
+    folder, stem = os.path.split(prefix)
+    ranks, pids = [], []
+    for name in os.listdir(folder or "."):
+        if not name.startswith(stem + "."):
+            continue
+        tail = name[len(stem) + 1:]
+        if tail.isdigit():
+            ranks.append((int(tail), os.path.join(folder, name)))
+        elif tail.startswith("pid") and tail[3:].isdigit():
+            pids.append((int(tail[3:]), os.path.join(folder, name)))
+    return [p for _, p in sorted(ranks)] + [p for _, p in sorted(pids)]
+
+
+def expand(paths):
+    """The files to read: each path as given, or, for the --stats-file prefix
+    given in place of its files, the files it made."""
+    out = []
+    for path in paths:
+        if os.path.exists(path):
+            out.append(path)
+            continue
+        try:
+            found = rank_files(path)
+        except OSError:
+            found = []
+        if not found:
+            raise SystemExit("dgcshim report: no file %s, nor %s.0, %s.1, ... (DGC_STATS_FILE=PATH writes PATH.RANK)"
+                             % (path, path, path))
+        out += found
+    return out
+
+
 def load(path):
     out = []
-    with open(path) as f:
+    try:
+        f = open(path)
+    except OSError as e:
+        raise SystemExit("dgcshim report: cannot read %s: %s" % (path, e.strerror))
+    with f:
         for n, line in enumerate(f, 1):
             line = line.strip()
             if not line:
@@ -136,15 +174,25 @@ def plot(files, out):
     if drew:
         bottom.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
+    folder = os.path.dirname(out)
+    try:
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+        fig.savefig(out, dpi=100)
+    except OSError as e:
+        where = "" if e.filename in (None, out) else "%s: " % e.filename
+        raise SystemExit("dgcshim report: cannot write %s: %s%s" % (out, where, e.strerror or e))
+    except ValueError as e:  # a suffix matplotlib has no format for
+        raise SystemExit("dgcshim report: cannot write %s: %s" % (out, e))
 
 
 def main(argv):
     p = argparse.ArgumentParser(prog="dgcshim report", description=__doc__)
-    p.add_argument("files", nargs="+", metavar="FILE", help="stats files (DGC_STATS_FILE=PATH writes PATH.RANK)")
+    p.add_argument("files", nargs="+", metavar="FILE", help="stats files (DGC_STATS_FILE=PATH writes PATH.RANK); "
+                   "PATH itself reads every PATH.RANK there is")
     p.add_argument("--plot", metavar="OUT.png", help="draw bytes per call and the ratio against the calls")
     args = p.parse_args(argv)
-    files = [(f, load(f)) for f in args.files]
+    files = [(f, load(f)) for f in expand(args.files)]
     for i, (path, recs) in enumerate(files):
         last = recs[-1]
         if i:

@@ -5,6 +5,7 @@
  * against it by tests/unit/test_config.c. */
 #include "dgcshim/config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -12,6 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+/* The process's environment (POSIX: the program declares it). */
+extern char **environ;
 
 /* KIND_CHOICE: one of the row's names, stored (an int) as its index.
  * KIND_TEXT: a path, stored as a string of at most DGC_TEXT_MAX - 1 bytes; empty is unset. */
@@ -197,7 +201,115 @@ void dgc_config_defaults(dgc_config *cfg) {
  * range and default, which say how to fix it, always fit. */
 #define QUOTE_MAX 64
 
+/* Names under DGC_ that are not library settings: the project's own scripts
+ * and test programs read them, and they reach processes that have the library
+ * loaded (ctest's environment, scripts/test-gpu.sh, .ci/run), so the check
+ * for unknown names must let them by. The one list of them;
+ * docs/configuration.md repeats it. */
+static const struct {
+    const char *name;
+    int prefix; /* 1: every name that starts with it */
+} reserved[] = {
+    {"DGC_TEST_", 1},          /* scripts/test*.sh, tests/python: DGC_TEST_PYTHON, DGC_TEST_VENV, ... */
+    {"DGC_EMU_", 1},           /* tests/gpu/emulated: injected faults (DGC_EMU_HOSTALLOC_FAILS, ...) */
+    {"DGC_EMULATED", 1},       /* the emulated device: DGC_EMULATED_DEVICE, DGC_EMULATED_ARGS */
+    {"DGC_CHIPSTAR_", 1},      /* scripts/test-emulated.sh, .ci/run: DGC_CHIPSTAR_TARBALL */
+    {"DGC_SANITIZE", 0},       /* tests/mpi/run_case.sh: the sanitizer build */
+    {"DGC_CASE_TIMEOUT", 0},   /* the integration cases' time limit */
+    {"DGC_NCCL_CASE_TIMEOUT", 0}, /* tests/gpu/nccl/run_nccl_case.sh */
+    {"DGC_NCCL_TEST_LIB", 0},  /* the NCCL the GPU tests preload */
+    {"DGC_NETNS_AGENT_LOG", 0}, /* bench/netns/rsh_netns.sh */
+    {"DGC_SHIM", 0},           /* scripts/ddp_side_by_side.sh, bench/gpu/run.sh: the library's path */
+};
+
+const char *dgc_config_reserved_at(size_t i, int *prefix) {
+    if (i >= sizeof reserved / sizeof reserved[0]) return NULL;
+    if (prefix) *prefix = reserved[i].prefix;
+    return reserved[i].name;
+}
+
+int dgc_config_reserved(const char *name) {
+    for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++) {
+        size_t n = strlen(reserved[i].name);
+        if (reserved[i].prefix ? strncmp(name, reserved[i].name, n) == 0 : strcmp(name, reserved[i].name) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* Optimal string alignment distance (Levenshtein with transpositions), case
+ * ignored: DGC_SPRASITY and DGC_sparsity are one step from DGC_SPARSITY. Names
+ * longer than the buffer count as far from everything. */
+#define NAME_MAX_LEN 64
+static size_t name_distance(const char *a, size_t na, const char *b, size_t nb) {
+    if (na > NAME_MAX_LEN || nb > NAME_MAX_LEN) return (size_t)-1;
+    unsigned char d[NAME_MAX_LEN + 1][NAME_MAX_LEN + 1]; /* distances fit: at most NAME_MAX_LEN */
+    for (size_t i = 0; i <= na; i++) d[i][0] = (unsigned char)i;
+    for (size_t j = 0; j <= nb; j++) d[0][j] = (unsigned char)j;
+    for (size_t i = 1; i <= na; i++) {
+        for (size_t j = 1; j <= nb; j++) {
+            int ai = toupper((unsigned char)a[i - 1]), bj = toupper((unsigned char)b[j - 1]);
+            unsigned best = d[i - 1][j - 1] + (unsigned)(ai != bj);
+            if (d[i - 1][j] + 1u < best) best = d[i - 1][j] + 1u;
+            if (d[i][j - 1] + 1u < best) best = d[i][j - 1] + 1u;
+            if (i > 1 && j > 1 && ai == toupper((unsigned char)b[j - 2]) && toupper((unsigned char)a[i - 2]) == bj &&
+                d[i - 2][j - 2] + 1u < best)
+                best = d[i - 2][j - 2] + 1u;
+            d[i][j] = (unsigned char)best;
+        }
+    }
+    return d[na][nb];
+}
+
+static int known_name(const char *name, size_t len) {
+    for (int i = 0; i < DGC_OPT_COUNT; i++)
+        if (strlen(options[i].name) == len && strncmp(options[i].name, name, len) == 0) return 1;
+    return 0;
+}
+
+const char *dgc_config_suggest(const char *name, size_t len) {
+    const char *best = NULL;
+    size_t best_d = (size_t)-1;
+    for (int i = 0; i < DGC_OPT_COUNT; i++) {
+        size_t d = name_distance(name, len, options[i].name, strlen(options[i].name));
+        if (d < best_d) best = options[i].name, best_d = d;
+    }
+    /* Close: at most a third of what follows DGC_ differs (one typo in a short name, a
+     * few in a long one); anything further is more likely a variable of something else. */
+    size_t tail = len > 4 ? len - 4 : 1;
+    if (!best || best_d * 3 > tail + 2) return NULL;
+    return known_name(name, len) ? NULL : best; /* differs in case only: still the one meant */
+}
+
+/* The first DGC_* name in envp that is neither a setting nor reserved: a
+ * typo would otherwise leave its setting at the default without a word. */
+static int check_names(char *const *envp, char *err, size_t errlen) {
+    for (; envp && *envp; envp++) {
+        const char *entry = *envp;
+        if (strncmp(entry, "DGC_", 4) != 0) continue;
+        const char *eq = strchr(entry, '=');
+        size_t len = eq ? (size_t)(eq - entry) : strlen(entry);
+        char name[NAME_MAX_LEN + 1];
+        snprintf(name, sizeof name, "%.*s", (int)(len < NAME_MAX_LEN ? len : NAME_MAX_LEN), entry);
+        if (known_name(entry, len) || (len <= NAME_MAX_LEN && dgc_config_reserved(name))) continue;
+        const char *near = dgc_config_suggest(entry, len);
+        const char *cut = len > NAME_MAX_LEN ? "... (cut)" : "";
+        if (near)
+            snprintf(err, errlen, "unknown variable %s%s, did you mean %s? (`dgcshim config` lists the settings; "
+                     "docs/configuration.md)", name, cut, near);
+        else
+            snprintf(err, errlen, "unknown variable %s%s: not a dgcshim setting (`dgcshim config` lists them; "
+                     "docs/configuration.md)", name, cut);
+        return -1;
+    }
+    return 0;
+}
+
 int dgc_config_parse(dgc_config *cfg, dgc_env_lookup lookup, char *err, size_t errlen) {
+    return dgc_config_parse_env(cfg, lookup, environ, err, errlen);
+}
+
+int dgc_config_parse_env(dgc_config *cfg, dgc_env_lookup lookup, char *const *envp, char *err, size_t errlen) {
     dgc_config_defaults(cfg);
     for (int i = 0; i < DGC_OPT_COUNT; i++) {
         const option_desc *o = &options[i];
@@ -210,6 +322,10 @@ int dgc_config_parse(dgc_config *cfg, dgc_env_lookup lookup, char *err, size_t e
             dgc_config_defaults(cfg);
             return -1;
         }
+    }
+    if (check_names(envp, err, errlen) != 0) {
+        dgc_config_defaults(cfg);
+        return -1;
     }
     return 0;
 }

@@ -166,6 +166,13 @@ mpi_case(bad_min_elements_on_one_rank --split DGC_MIN_ELEMENTS=1000,-3
          --fail "invalid DGC_MIN_ELEMENTS='-3'"
          --times 2 "rank [0-9] dgcshim ERROR invalid DGC_MIN_ELEMENTS='-3'"
          --times 2 "rank [0-9] dgcshim ERROR another rank rejected its DGC_[*] environment" -- passthrough)
+# A misspelt name is an error too, not a setting silently left at its
+# default: the job stops, naming it and the setting it is closest to. (The
+# case runs with DGC_SANITIZE in its environment, a name the project's
+# scripts reserve, which must pass.)
+mpi_case(unknown_name -e DGC_SPARSTY=0.99
+         --fail "dgcshim ERROR unknown variable DGC_SPARSTY, did you mean DGC_SPARSITY[?]"
+         --times 4 "rank [0-9] dgcshim ERROR unknown variable DGC_SPARSTY, did you mean DGC_SPARSITY[?]" -- passthrough)
 
 # A real training run under the shim: the C trainer on a slice of
 # Fashion-MNIST (needs Debian's dataset-fashion-mnist; without it the case

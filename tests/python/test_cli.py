@@ -96,6 +96,40 @@ class Run(unittest.TestCase):
                 self.assertIn("accepted", r.stderr)
                 self.assertFalse(os.path.exists(marker), "the command ran despite %s" % name)
 
+    def test_unknown_name_refused_before_the_launcher_starts(self):
+        """A misspelt DGC_* name stops run with the library's message and the closest name; the names the
+        project's scripts reserve (DGC_TEST_*) pass."""
+        with tempfile.TemporaryDirectory() as d:
+            marker = os.path.join(d, "started")
+            r = sh([DGCSHIM, "run", "--", "sh", "-c", "touch " + marker], env=clean_env(DGC_SPARSTY="0.99"),
+                   check=False)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("unknown variable DGC_SPARSTY, did you mean DGC_SPARSITY?", r.stderr)
+            self.assertFalse(os.path.exists(marker))
+            sh([DGCSHIM, "run", "--", "sh", "-c", "touch " + marker], env=clean_env(DGC_TEST_ANYTHING="1"))
+            self.assertTrue(os.path.exists(marker))
+
+    def test_unpreloadable_library_path_refused(self):
+        """A library path with a space or a colon, which LD_PRELOAD splits on, is refused with the path and the
+        fix, before the command starts."""
+        lib = sh([DGCSHIM, "lib"], env=clean_env()).stdout.strip()
+        with tempfile.TemporaryDirectory() as d:
+            marker = os.path.join(d, "started")
+            for folder in ("with space", "with:colon"):
+                copy = os.path.join(d, folder, "libdgcshim.so")
+                os.makedirs(os.path.dirname(copy))
+                shutil.copy(lib, copy)
+                r = sh([DGCSHIM, "run", "--", "sh", "-c", "touch " + marker], env=clean_env(DGCSHIM_LIBRARY=copy),
+                       check=False)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn(repr(copy), r.stderr)
+                self.assertIn("ld.so cannot preload it", r.stderr)
+                self.assertIn("DGCSHIM_LIBRARY", r.stderr)
+                self.assertNotIn("Traceback", r.stderr)
+                self.assertFalse(os.path.exists(marker), folder)
+                r = sh([DGCSHIM, "lib"], env=clean_env(DGCSHIM_LIBRARY=copy), check=False)
+                self.assertEqual((r.returncode, r.stdout), (2, ""), folder)
+
     def test_exit_status_and_preload_order(self):
         """COMMAND's exit status comes back; the shim goes in front of an LD_PRELOAD already set."""
         r = sh([DGCSHIM, "run", "--", "sh", "-c", 'echo "$LD_PRELOAD"; exit 7'],
@@ -106,7 +140,7 @@ class Run(unittest.TestCase):
 
     def test_help(self):
         """Each subcommand's --help prints and exits 0; run's lists a flag for every variable."""
-        for sub in ("run", "doctor", "config", "report"):
+        for sub in ("run", "doctor", "config", "report", "lib"):
             r = sh([DGCSHIM, sub, "--help"], env=clean_env())
             self.assertIn("usage:", r.stdout)
         out = sh([DGCSHIM, "run", "--help"], env=clean_env()).stdout
@@ -164,6 +198,58 @@ class Doctor(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn("ddp: cannot work here", r.stdout)
 
+    def test_mpi4py_reported(self):
+        """The venv sees Debian's mpi4py: its line says which MPI it loads."""
+        checks = json.loads(sh([DGCSHIM, "doctor", "--json"], env=clean_env()).stdout)["checks"]
+        mpi4py = [c for c in checks if c["check"] == "mpi4py"]
+        self.assertEqual([c["status"] for c in mpi4py], ["OK"], mpi4py)
+        self.assertIn("Open MPI", mpi4py[0]["message"])
+
+    def test_says_why_a_package_does_not_import(self):
+        """A venv made without --system-site-packages: PyTorch and mpi4py are not importable, and doctor says
+        why (it cannot see the system's site-packages, where /usr/bin/python3 has them) and what to do."""
+        with tempfile.TemporaryDirectory() as d:
+            sh(["/usr/bin/python3", "-m", "venv", "--without-pip", os.path.join(d, "bare")])
+            python = os.path.join(d, "bare", "bin", "python")
+            checks = json.loads(sh([DGCSHIM, "doctor", "--json", "--python", python], env=clean_env()).stdout)["checks"]
+            by = {c["check"]: c for c in checks}
+            for name, module in (("PyTorch", "torch"), ("mpi4py", "mpi4py")):
+                c = by[name]
+                self.assertEqual(c["status"], "WARN", c)
+                self.assertIn("No module named '%s'" % module, c["message"])
+                self.assertIn("does not see the system's site-packages", c["message"])
+                self.assertIn("--system-site-packages", c["message"])
+                self.assertIn("--python /usr/bin/python3", c["message"])
+            self.assertIn("install it", by["Horovod"]["message"])  # Debian's python3 has no Horovod either
+
+    def test_never_should_work_under_a_failed_check(self):
+        """--for X says "should work here" (and exits 0) only when every check X needs said OK: Horovod not
+        importable (the bare venv) is not shown to work."""
+        with tempfile.TemporaryDirectory() as d:
+            sh(["/usr/bin/python3", "-m", "venv", "--without-pip", os.path.join(d, "bare")])
+            python = os.path.join(d, "bare", "bin", "python")
+            r = sh([DGCSHIM, "doctor", "--for", "horovod", "--python", python], env=clean_env(), check=False)
+            self.assertEqual(r.returncode, 1, r.stdout)
+            self.assertIn("WARN Horovod", r.stdout)
+            self.assertIn("horovod: not shown to work here (the WARN lines above: Horovod)", r.stdout)
+            self.assertNotIn("should work", r.stdout)
+            for path in ("ddp", "horovod", "mpi"):
+                j = sh([DGCSHIM, "doctor", "--json", "--for", path, "--python", python], env=clean_env(), check=False)
+                out = json.loads(j.stdout)
+                ok = all(c["status"] == "OK" for c in out["checks"] if path in c["for"])
+                self.assertEqual((out["works"], j.returncode), (ok, 0 if ok else 1), path)
+
+    def test_unpreloadable_library_is_flagged(self):
+        lib = sh([DGCSHIM, "lib"], env=clean_env()).stdout.strip()
+        with tempfile.TemporaryDirectory() as d:
+            copy = os.path.join(d, "a b", "libdgcshim.so")
+            os.makedirs(os.path.dirname(copy))
+            shutil.copy(lib, copy)
+            r = sh([DGCSHIM, "doctor", "--for", "mpi"], env=clean_env(DGCSHIM_LIBRARY=copy), check=False)
+            self.assertEqual(r.returncode, 1)
+            self.assertRegex(r.stdout, r"(?m)^NO   library +the library's path '.*/a b/libdgcshim.so' holds a space")
+            self.assertIn("mpi: cannot work here (the NO lines above: library)", r.stdout)
+
     @unittest.skipIf(os.environ.get("DGC_TEST_HOROVOD") == "0" or not os.path.exists(HOROVOD_TF),
                      "no .venv/horovod-tf (DGC_TEST_HOROVOD=0, or scripts/deps.sh horovod-tf not run)")
     def test_horovod_tensorflow(self):
@@ -196,6 +282,44 @@ class Config(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("invalid DGC_SPARSITY='7'", r.stderr)
 
+    def test_unknown_name_flagged(self):
+        r = sh([DGCSHIM, "config"], env=clean_env(DGC_MOMENTM="0.9"), check=False)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("dgcshim: unknown variable DGC_MOMENTM, did you mean DGC_MOMENTUM?", r.stderr)
+        r = sh([DGCSHIM, "config", "--json"], env=clean_env(DGC_MOMENTM="0.9"), check=False)
+        out = json.loads(r.stdout)
+        self.assertEqual((r.returncode, out["valid"]), (2, False))
+        self.assertIn("did you mean DGC_MOMENTUM?", out["problem"])
+
+    def test_a_closed_pipe_is_no_traceback(self):
+        """dgcshim config | head: the reader gone before the output is written is no error of the user's."""
+        read, write = os.pipe()
+        os.close(read)  # a reader that has already gone
+        try:
+            r = subprocess.run([DGCSHIM, "config"], stdout=write, stderr=subprocess.PIPE, text=True,
+                               env=clean_env(), timeout=60)
+        finally:
+            os.close(write)
+        self.assertNotIn("Traceback", r.stderr)
+        self.assertEqual((r.returncode, r.stderr), (141, ""))
+
+
+@unittest.skipUnless(VENV, "DGC_TEST_VENV unset: run through scripts/test-python.sh")
+class Lib(unittest.TestCase):
+    def test_prints_the_library_run_preloads(self):
+        lib = sh([DGCSHIM, "lib"], env=clean_env()).stdout
+        self.assertTrue(lib.endswith("/dgcshim/lib/libdgcshim.so\n") and os.path.isabs(lib), lib)
+        self.assertTrue(os.path.isfile(lib.strip()))
+        preload = sh([DGCSHIM, "run", "--", "sh", "-c", 'echo "$LD_PRELOAD"'], env=clean_env()).stdout
+        self.assertEqual(preload, lib)
+        mpich = os.path.join(os.path.dirname(lib.strip()), "libdgcshim-mpich.so")
+        r = sh([DGCSHIM, "lib", "--mpich"], env=clean_env(), check=False)
+        if os.path.exists(mpich):
+            self.assertEqual((r.returncode, r.stdout), (0, mpich + "\n"))
+        else:
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("no library for mpich", r.stderr)
+
 
 @unittest.skipUnless(VENV, "DGC_TEST_VENV unset: run through scripts/test-python.sh")
 class Report(unittest.TestCase):
@@ -226,6 +350,22 @@ class Report(unittest.TestCase):
                                                                         "--train-limit", "3000"], env=clean_env())
             out = sh([DGCSHIM, "report", stem + ".0", stem + ".1"]).stdout
             self.assertEqual(len(re.findall(r"^== .*: rank [01], exit line", out, re.M)), 2, out)
+            # the --stats-file prefix itself: every rank's file, in rank order
+            self.assertEqual(sh([DGCSHIM, "report", stem]).stdout, out)
+            # a plot into a folder that does not exist yet: made
+            png = os.path.join(d, "new", "folder", "p.png")
+            sh([DGCSHIM, "report", stem, "--plot", png])
+            self.assertGreater(os.path.getsize(png), 10000)
+
+    def test_mistakes_get_one_line(self):
+        with tempfile.TemporaryDirectory() as d:
+            for args, said in ((["nope"], "no file %s/nope, nor %s/nope.0" % (d, d)),
+                               ([d], "cannot read %s: Is a directory" % d)):
+                r = sh([DGCSHIM, "report"] + [os.path.join(d, a) for a in args], check=False)
+                self.assertEqual(r.returncode, 1)
+                self.assertNotIn("Traceback", r.stderr)
+                self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+                self.assertIn(said, r.stderr)
 
 
 @unittest.skipUnless(VENV, "DGC_TEST_VENV unset: run through scripts/test-python.sh")
@@ -248,6 +388,69 @@ class HorovodGroups1(unittest.TestCase):
         r = sh([DGCSHIM, "run", "--horovod-groups1", "--", "true"], check=False)
         self.assertEqual(r.returncode, 2)
         self.assertIn("no Python interpreter", r.stderr)
+
+
+def read_doc(name):
+    with open(os.path.join(ROOT, name)) as f:
+        return f.read()
+
+
+def code_blocks(text, lang=None):
+    """The fenced code blocks of a Markdown text (those of one language when given)."""
+    return [body for tag, body in re.findall(r"(?ms)^```(\w*)\n(.*?)^```", text) if lang is None or tag == lang]
+
+
+class Docs(unittest.TestCase):
+    """The README's and docs/python.md's commands, as a new user copies them onto a 2-core machine as root."""
+    DOCS = ("README.md", os.path.join("docs", "python.md"))
+
+    def test_mpirun_lines_run_as_root_on_two_cores(self):
+        for doc in self.DOCS:
+            lines = [l for b in code_blocks(read_doc(doc)) for l in b.splitlines() if re.search(r"(^|\s)mpirun\s+-", l)]
+            self.assertTrue(lines, doc)
+            for line in lines:
+                self.assertIn("--allow-run-as-root", line, doc)
+                self.assertIn("--oversubscribe", line, doc)
+
+    def test_python_way_has_the_warm_up(self):
+        readme = read_doc("README.md")
+        way = readme[readme.index("**The Python user's way**"):]
+        self.assertIn("--warmup-steps", code_blocks(way, "sh")[0])
+        self.assertIn("--warmup-steps", code_blocks(read_doc(os.path.join("docs", "python.md")), "sh")[0])
+
+    def test_lib_is_how_a_hand_written_preload_finds_the_library(self):
+        for doc in self.DOCS:
+            self.assertIn("LD_PRELOAD=$(.venv/dgc/bin/dgcshim lib)", read_doc(doc), doc)
+
+    def test_mpi4py_example_is_the_pattern_users_write(self):
+        """The README's lines are the ones of docs/python.md's whole step."""
+        step = mpi4py_example()
+        readme = [b for b in code_blocks(read_doc("README.md"), "python") if "Allreduce" in b]
+        self.assertEqual(len(readme), 1)
+        for line in readme[0].strip().splitlines():
+            self.assertIn(line.strip(), step)
+        self.assertIn("torch.cat([p.grad.view(-1) for p in model.parameters()]).numpy()", step)
+        self.assertIn("comm.Allreduce(MPI.IN_PLACE, flat)", step)
+
+
+def mpi4py_example():
+    page = read_doc(os.path.join("docs", "python.md"))
+    section = page[page.index("## An mpi4py training step"):]
+    return code_blocks(section, "python")[0]
+
+
+@unittest.skipUnless(VENV, "DGC_TEST_VENV unset: run through scripts/test-python.sh")
+class DocsRun(unittest.TestCase):
+    def test_mpi4py_example_runs_under_the_shim(self):
+        """docs/python.md's mpi4py step, as written, under dgcshim run on 2 ranks: all 20 steps compressed."""
+        with tempfile.TemporaryDirectory() as d:
+            script = os.path.join(d, "train.py")
+            with open(script, "w") as f:
+                f.write(mpi4py_example())
+            r = sh([DGCSHIM, "run", "--momentum", "0.9", "--stats", "--"] + MPIRUN +
+                   ["-np", "2", os.path.join(VENV, "bin", "python"), script], env=clean_env())
+            report = [l for l in stats_lines(r.stderr) if l.startswith("pass-through")]
+            self.assertIn("compressed calls 20,", report[0])
 
 
 class Launch(unittest.TestCase):

@@ -26,12 +26,21 @@ static const char *fake_lookup(const char *name) {
     return NULL;
 }
 
-/* Parses with exactly the given pairs set. */
+/* Parses with exactly the given pairs set: values through fake_lookup, and
+ * the names checked for unknown ones from the same pairs in environ's form. */
 static int parse_env(dgc_config *cfg, const env_pair *pairs, size_t n, char *err, size_t errlen) {
     fake_env = pairs;
     fake_env_len = n;
     if (errlen) err[0] = '\0';
-    return dgc_config_parse(cfg, fake_lookup, err, errlen);
+    static char entries[48][DGC_TEXT_MAX + 80];
+    char *envp[49];
+    cr_assert(n <= 48, "at most 48 variables in a fake environment");
+    for (size_t i = 0; i < n; i++) {
+        snprintf(entries[i], sizeof entries[i], "%s=%s", pairs[i].name, pairs[i].value);
+        envp[i] = entries[i];
+    }
+    envp[n] = NULL;
+    return dgc_config_parse_env(cfg, fake_lookup, envp, err, errlen);
 }
 
 static int parse_one(dgc_config *cfg, const char *name, const char *value, char *err, size_t errlen) {
@@ -148,13 +157,101 @@ Test(config_defaults, nothing_set_gives_the_spec_defaults) {
     assert_config_eq(&cfg, &want, "dgc_config_defaults");
 }
 
+/* Not under DGC_, or reserved for the project's scripts and tests: ignored. */
 Test(config_defaults, unrelated_variables_are_ignored) {
-    static const env_pair env[] = {{"DGC_SPARSITYX", "abc"}, {"DGC", "1"}, {"dgc_enable", "0"}, {"PATH", "/bin"}};
+    static const env_pair env[] = {{"DGC", "1"},
+                                   {"dgc_enable", "0"},
+                                   {"PATH", "/bin"},
+                                   {"DGCSHIM_LIBRARY", "/x.so"},
+                                   {"DGC_SANITIZE", "ON"},
+                                   {"DGC_TEST_VENV", "/v"},
+                                   {"DGC_TEST_HOROVOD", "0"},
+                                   {"DGC_EMU_HOSTALLOC_FAILS", "1"},
+                                   {"DGC_EMULATED_DEVICE", "1"},
+                                   {"DGC_CHIPSTAR_TARBALL", "/t.tgz"},
+                                   {"DGC_CASE_TIMEOUT", "120"},
+                                   {"DGC_NCCL_CASE_TIMEOUT", "60"},
+                                   {"DGC_NCCL_TEST_LIB", "/n.so"},
+                                   {"DGC_NETNS_AGENT_LOG", "/l"},
+                                   {"DGC_SHIM", "/s.so"}};
     dgc_config cfg, want;
     char err[256];
-    cr_assert_eq(parse_env(&cfg, env, 4, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(parse_env(&cfg, env, sizeof env / sizeof env[0], err, sizeof err), 0, "%s", err);
     spec_defaults(&want);
     assert_config_eq(&cfg, &want, "unrelated variables");
+}
+
+/* ---- unknown names ---------------------------------------------------------- */
+
+/* A typo is an error that names it and the setting it is closest to, as a
+ * bad value is, and leaves the defaults. */
+Test(config_names, a_typo_is_an_error_with_the_closest_name) {
+    static const struct {
+        const char *typo, *meant;
+    } cases[] = {{"DGC_SPARSTY", "DGC_SPARSITY"},       {"DGC_SPRASITY", "DGC_SPARSITY"},
+                 {"DGC_sparsity", "DGC_SPARSITY"},      {"DGC_MOMENTM", "DGC_MOMENTUM"},
+                 {"DGC_WARMUP_STEP", "DGC_WARMUP_STEPS"}, {"DGC_STAT", "DGC_STATS"},
+                 {"DGC_MOMENTUM_MASK", "DGC_MOMENTUM_MASKING"}, {"DGC_STATS_FLIE", "DGC_STATS_FILE"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        env_pair env[] = {{"DGC_MOMENTUM", "0.9"}, {cases[i].typo, "0.99"}};
+        dgc_config cfg, want;
+        char err[256], expect[128];
+        cr_assert_eq(parse_env(&cfg, env, 2, err, sizeof err), -1, "%s was accepted", cases[i].typo);
+        snprintf(expect, sizeof expect, "unknown variable %s, did you mean %s?", cases[i].typo, cases[i].meant);
+        cr_expect(strstr(err, expect), "%s: got '%s'", expect, err);
+        spec_defaults(&want);
+        assert_config_eq(&cfg, &want, "an unknown name leaves the defaults");
+    }
+}
+
+Test(config_names, a_name_far_from_every_setting_gets_no_suggestion) {
+    static const char *const names[] = {"DGC_X", "DGC_", "DGC_FROBNICATE", "DGC_CUDA", "DGC_TESTS"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        env_pair env[] = {{names[i], "1"}};
+        dgc_config cfg;
+        char err[256], expect[128];
+        cr_assert_eq(parse_env(&cfg, env, 1, err, sizeof err), -1, "%s was accepted", names[i]);
+        snprintf(expect, sizeof expect, "unknown variable %s: not a dgcshim setting", names[i]);
+        cr_expect(strstr(err, expect) && !strstr(err, "did you mean"), "%s: got '%s'", names[i], err);
+    }
+}
+
+/* A long name is cut in the message, which still fits the callers' 256 bytes. */
+Test(config_names, a_long_name_is_cut) {
+    char name[300];
+    memset(name, 'A', sizeof name - 1);
+    memcpy(name, "DGC_", 4);
+    name[sizeof name - 1] = '\0';
+    env_pair env[] = {{name, "1"}};
+    dgc_config cfg;
+    char err[256];
+    cr_assert_eq(parse_env(&cfg, env, 1, err, sizeof err), -1);
+    cr_expect(strstr(err, "AAAA... (cut): not a dgcshim setting") && strlen(err) < sizeof err - 1, "%s", err);
+}
+
+/* A bad value is reported before an unknown name, and the exact names are
+ * all accepted (the table's own names are never unknown). */
+Test(config_names, every_setting_name_is_known) {
+    env_pair env[DGC_OPT_COUNT];
+    for (int i = 0; i < DGC_OPT_COUNT; i++) {
+        env[i].name = dgc_option_name((dgc_option)i);
+        env[i].value = dgc_option_default((dgc_option)i);
+    }
+    dgc_config cfg;
+    char err[256];
+    cr_assert_eq(parse_env(&cfg, env, DGC_OPT_COUNT, err, sizeof err), 0, "%s", err);
+    env_pair both[] = {{"DGC_SPARSTY", "0.9"}, {"DGC_SPARSITY", "1.5"}};
+    cr_assert_eq(parse_env(&cfg, both, 2, err, sizeof err), -1);
+    cr_expect(strstr(err, "invalid DGC_SPARSITY='1.5'"), "%s", err);
+}
+
+Test(config_names, reserved_names_and_prefixes) {
+    cr_expect(dgc_config_reserved("DGC_TEST_ANYTHING"));
+    cr_expect(dgc_config_reserved("DGC_SANITIZE"));
+    cr_expect(!dgc_config_reserved("DGC_SANITIZER"), "DGC_SANITIZE is a name, not a prefix");
+    cr_expect(!dgc_config_reserved("DGC_SPARSITY"));
+    cr_expect(!dgc_config_reserved("DGC_TEST"), "the prefix is DGC_TEST_");
+    cr_expect_null(dgc_config_suggest("DGC_SPARSITY", 12), "an exact name needs no suggestion");
 }
 
 /* ---- good values ---------------------------------------------------------- */
@@ -639,6 +736,43 @@ Test(config_docs, every_option_has_a_row_with_its_default_and_range) {
     fclose(f);
     for (int i = 0; i < DGC_OPT_COUNT; i++)
         cr_expect(found[i], "docs/configuration.md has no table row for `%s`", dgc_option_name((dgc_option)i));
+}
+
+/* docs/configuration.md's table of reserved names is the code's list: each
+ * `NAME` (or `PREFIX*`) in its first column is an entry, and every entry is
+ * there. */
+Test(config_docs, the_reserved_names_table_is_the_code_list) {
+    const char *path = DGC_SOURCE_DIR "/docs/configuration.md";
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    char line[4096], cell[256];
+    int in_section = 0, listed[64] = {0};
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "## ", 3) == 0) in_section = strstr(line, "reserved") != NULL;
+        if (!in_section || line[0] != '|' || table_cell(line, 0, cell, sizeof cell)) continue;
+        for (char *p = strchr(cell, '`'); p; p = strchr(p, '`')) {
+            char *end = strchr(p + 1, '`');
+            if (!end) break;
+            *end = '\0';
+            char *name = p + 1;
+            size_t n = strlen(name);
+            int prefix = n && name[n - 1] == '*';
+            if (prefix) name[n - 1] = '\0';
+            int found = 0, pre = 0;
+            const char *e;
+            for (size_t i = 0; (e = dgc_config_reserved_at(i, &pre)); i++)
+                if (strcmp(e, name) == 0 && pre == prefix) found = 1, listed[i] = 1;
+            cr_expect(found, "docs/configuration.md reserves `%s%s`, which shim/core/config.c's list lacks", name,
+                      prefix ? "*" : "");
+            p = end + 1;
+        }
+    }
+    fclose(f);
+    const char *e;
+    int pre = 0;
+    for (size_t i = 0; (e = dgc_config_reserved_at(i, &pre)); i++)
+        cr_expect(listed[i], "shim/core/config.c reserves %s%s, which docs/configuration.md does not list", e,
+                  pre ? "*" : "");
 }
 
 /* Every variable has its line of meaning for `dgcshim config`. */
