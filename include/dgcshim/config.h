@@ -43,7 +43,14 @@ typedef struct dgc_config {
     uint64_t stats_every;    /* DGC_STATS_EVERY, 0 = only at exit */
     char stats_file[DGC_TEXT_MAX];   /* DGC_STATS_FILE, "" = none */
     char nccl_library[DGC_TEXT_MAX]; /* DGC_NCCL_LIBRARY, "" = find it among the loaded objects */
+    int buffer_key;          /* DGC_BUFFER_KEY, a dgc_buffer_key */
 } dgc_config;
+
+/* What a call's residual state follows (DGC_BUFFER_KEY). */
+typedef enum {
+    DGC_KEY_ADDRESS = 0, /* the call's send and output addresses: persistent buffers */
+    DGC_KEY_ORDER = 1    /* its place among the step's calls of its count: fresh buffers every step */
+} dgc_buffer_key;
 
 /* How a compressed call's selected pairs travel (DGC_TRANSPORT). */
 typedef enum {
@@ -75,6 +82,7 @@ typedef enum {
     DGC_OPT_MAX_STATE_MB,
     DGC_OPT_TRANSPORT,
     DGC_OPT_VALUE_BITS,
+    DGC_OPT_BUFFER_KEY,
     DGC_OPT_STATS_FILE,
     DGC_OPT_STATS_EVERY,
     DGC_OPT_NCCL_LIBRARY,

@@ -2,6 +2,8 @@
  * of communicators, and a lookup is nothing next to compressing a buffer. */
 #include "registry.h"
 
+#include "order.h"
+
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -294,6 +296,7 @@ static int always(const dgc_buffer *b, const void *ctx) {
 
 static void free_comm(dgc_comm *c) {
     if (c->ext_free) c->ext_free(c->ext);
+    dgc_order_free(c->order);
     dgc_pages_free(c->reserve, c->head * ((size_t)c->nranks + 1));
     free(c->counters);
     free(c);
@@ -379,17 +382,39 @@ int dgc_registry_next_step(dgc_comm *c, uint64_t count, uint64_t *step) {
     if (!s) {
         if (c->counters->len == DGC_COUNTS_PER_COMM) return -1;
         s = &c->counters->at[c->counters->len++];
-        *s = (step_counter){count, 0, 0};
+        *s = (step_counter){.count = count};
     }
     *step = s->next++;
     c->calls++;
     return 0;
 }
 
+int64_t dgc_registry_order_next(dgc_comm *c, uint64_t count) {
+    if (!c->order && !(c->order = dgc_order_new())) return DGC_ORDER_LEARNING; /* summed densely, alike */
+    return dgc_order_next(c->order, count);
+}
+
+void dgc_registry_order_undo(dgc_comm *c) {
+    if (c->order) dgc_order_undo(c->order);
+}
+
+const int dgc_order_key_tag = 0;
+
 void dgc_registry_undo_step(dgc_comm *c, uint64_t count) {
     step_counter *s = counter_of(c, count);
     if (s && s->next) s->next--;
     if (c->calls) c->calls--;
+}
+
+int dgc_registry_note_moves(dgc_comm *c, uint64_t count, const void *send, const void *buf) {
+    const step_counter *s = counter_of(c, count);
+    if (!s || c->counters->len != 1) return 0; /* watched only while the communicator has this one count */
+    if (s->next > 1 && (c->last_send != send || c->last_buf != buf)) c->moves++;
+    c->last_send = send;
+    c->last_buf = buf;
+    if (c->moving_warned || s->next < DGC_MOVES_CALLS || 2 * c->moves < s->next) return 0;
+    c->moving_warned = 1;
+    return 1;
 }
 
 int dgc_registry_count_dense(dgc_comm *c, uint64_t count) {
@@ -671,6 +696,9 @@ void dgc_registry_totals_get(dgc_registry_totals *t) {
 void dgc_registry_count_passthrough(uint64_t bytes, dgc_pass_reason why) {
     atomic_fetch_add_explicit(&passthrough, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&passthrough_bytes, bytes, memory_order_relaxed);
+    dgc_registry_note_pass_reason(why);
+}
+void dgc_registry_note_pass_reason(dgc_pass_reason why) {
     if ((unsigned)why < DGC_PASS_REASONS) atomic_fetch_add_explicit(&passthrough_by[why], 1, memory_order_relaxed);
 }
 int dgc_registry_first_type_passthrough(void) {
@@ -699,7 +727,7 @@ void dgc_registry_count_saturated(uint64_t steps, uint64_t count) {
 
 const char *dgc_pass_reason_name(dgc_pass_reason why) {
     static const char *const names[DGC_PASS_REASONS] = {"disabled", "op",         "type",        "small",
-                                                        "ranks",    "table_full", "too_large",   "other"};
+                                                        "ranks",    "table_full", "too_large",   "order_learning", "other"};
     return (unsigned)why < DGC_PASS_REASONS ? names[why] : "?";
 }
 

@@ -63,6 +63,11 @@ typedef struct {
     int holds;           /* calls in flight that hold it (under the registry's lock) */
     int closing;         /* its communicator is ending (unbound): freed by the last drop when held */
     int inside;          /* short queries of the communicator under way (dgc_registry_comm_enter) */
+    struct dgc_order *order; /* DGC_BUFFER_KEY=order: its step, learnt from its calls (core/order.h) */
+    int order_warned;    /* the order of its calls changed, or its step is too long: said once */
+    int moving_warned;   /* its one count's calls come at moving addresses: said once */
+    const void *last_send, *last_buf; /* its latest call's addresses, while it has one count */
+    uint64_t moves;      /* of those calls, the ones at other addresses than the call before */
 } dgc_comm;
 
 typedef struct dgc_buffer {
@@ -167,6 +172,25 @@ int dgc_registry_next_step(dgc_comm *c, uint64_t count, uint64_t *step);
 
 /* Takes back the step next_step gave, for a call that failed on every rank. */
 void dgc_registry_undo_step(dgc_comm *c, uint64_t count);
+
+/* Notes the addresses of a call of count (after next_step). Returns 1, once
+ * per communicator, when c's compressed calls all have this one count and
+ * at least half of its DGC_MOVES_CALLS or more calls came at other
+ * addresses than the call before: one buffer at moving addresses (a fresh
+ * array every step), or several persistent buffers of one size, which the
+ * addresses alone cannot tell apart. */
+#define DGC_MOVES_CALLS 8
+int dgc_registry_note_moves(dgc_comm *c, uint64_t count, const void *send, const void *buf);
+
+/* DGC_BUFFER_KEY=order: the call's position in c's step (dgc_order_next),
+ * or DGC_ORDER_* (< 0) while the step is not known; and its undo. */
+int64_t dgc_registry_order_next(dgc_comm *c, uint64_t count);
+void dgc_registry_order_undo(dgc_comm *c);
+
+/* Under DGC_BUFFER_KEY=order a state's key is (DGC_ORDER_SEND, its position
+ * + 1 as the output "address", count): never a real buffer's. */
+extern const int dgc_order_key_tag;
+#define DGC_ORDER_SEND ((const void *)&dgc_order_key_tag)
 
 /* Counts the ranks agreed to sum densely from now on (their first call
  * found some rank without a state for it: NCCL path). A count next_step
@@ -304,6 +328,7 @@ typedef enum {
     DGC_PASS_RANKS,    /* fewer ranks than DGC_MIN_RANKS, an inter-communicator or MPI_COMM_NULL */
     DGC_PASS_TABLE,    /* the communicator's table of counts is full */
     DGC_PASS_LARGE,    /* a payload too large for one all-gather */
+    DGC_PASS_ORDER,    /* DGC_BUFFER_KEY=order while the communicator's step is learnt */
     DGC_PASS_OTHER,    /* the front end's own routing (NCCL: a capture, a communicator that failed its check) */
     DGC_PASS_REASONS
 } dgc_pass_reason;
@@ -332,6 +357,9 @@ void dgc_registry_totals_get(dgc_registry_totals *t);
 /* A pass-through call of this many bytes, for this reason (counted when
  * statistics are kept). */
 void dgc_registry_count_passthrough(uint64_t bytes, dgc_pass_reason why);
+/* The reason of a pass-through call alone, for a process without
+ * statistics (the exit line when nothing was compressed). */
+void dgc_registry_note_pass_reason(dgc_pass_reason why);
 /* 1 the first time in the process, then 0: a large sum of a type the shim
  * does not compress is said once, whatever the statistics. */
 int dgc_registry_first_type_passthrough(void);
@@ -388,6 +416,7 @@ int dgc_registry_flag(int which);
 /* Process-wide event counters of the NCCL front end, counted whatever
  * DGC_STATS says (the exit line and the exit warning read them). */
 enum {
+    DGC_TALLY_MPI_COMPRESSED,  /* MPI_Allreduce calls compressed (whatever the statistics) */
     DGC_TALLY_NCCL_CALLS,      /* interposed NCCL calls of any kind */
     DGC_TALLY_NCCL_COMPRESSED, /* ncclAllReduce calls compressed */
     DGC_TALLY_NCCL_PASSED,     /* ncclAllReduce calls passed through */

@@ -1,6 +1,8 @@
 /* Formatting of the statistics report, columns in the nccl-tests spirit. */
 #include "dgcshim/stats.h"
 
+#include "registry.h"
+
 #include <stdio.h>
 
 double dgc_stats_ratio(const dgc_buffer_stats *s) {
@@ -25,7 +27,8 @@ void dgc_stats_add(dgc_buffer_stats *a, const dgc_buffer_stats *b) {
 }
 
 void dgc_stats_label(const void *buf, const void *send, const char *mark, char *out, size_t len) {
-    if (send) snprintf(out, len, "%p<%p%s", buf, send, mark);
+    if (send == DGC_ORDER_SEND) snprintf(out, len, "order#%llu%s", (unsigned long long)((uintptr_t)buf - 1), mark);
+    else if (send) snprintf(out, len, "%p<%p%s", buf, send, mark);
     else snprintf(out, len, "%p%s", buf, mark);
 }
 

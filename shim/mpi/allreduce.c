@@ -12,6 +12,7 @@
 #include "dgcshim/wire_compact.h"
 #include "core/log.h"
 #include "internal.h"
+#include "core/order.h"
 #include "core/pages.h"
 
 /* 4-byte IEEE floats under any of their names: C's, and Fortran's REAL and
@@ -95,6 +96,27 @@ static void warn_growth(dgc_comm *c, uint64_t count) {
              (unsigned long long)count);
 }
 
+/* What a call's state is found by (DGC_BUFFER_KEY): its send and output
+ * addresses, or its place in the communicator's step. */
+typedef struct {
+    const void *send, *buf;
+    int by_order;
+} state_key;
+
+/* One count at ever other addresses (DGC_BUFFER_KEY=address): said once
+ * per communicator, at the default log level, since a flat gradient copied
+ * into a fresh array every step then trains with residuals split between
+ * states, and nothing else would show it. */
+static void warn_moves(dgc_comm *c, uint64_t count, const state_key *key) {
+    if (key->by_order || !dgc_registry_note_moves(c, count, key->send, key->buf)) return;
+    DGC_WARN("every compressed all-reduce on this communicator is of %llu elements, and most calls come at another "
+             "address than the call before: if that is one buffer made afresh each step (numpy's np.concatenate or "
+             "torch.cat(...).numpy() every step), its residual is split between states and training suffers: set "
+             "DGC_BUFFER_KEY=order (states follow the order of the calls; docs/mpi.md). If these are distinct "
+             "buffers that persist, all is well. Said once",
+             (unsigned long long)count);
+}
+
 /* A buffer all-reduced with this many distinct counts is taken for a fusion
  * buffer: two can be a framework's first step (DDP's all-parameter bucket). */
 #define FUSION_COUNTS 3
@@ -134,17 +156,16 @@ static size_t state_estimate(const dgc_plan *plan, int nranks, const dgc_config 
 }
 
 /* The buffer entry of this call, and how this rank takes part. */
-static int find_state(dgc_comm *c, const void *sb, const void *rb, const dgc_plan *plan, int nranks,
-                      const dgc_config *cfg, dgc_buffer **b) {
+static int find_state(dgc_comm *c, const state_key *key, const dgc_plan *plan, int nranks, const dgc_config *cfg,
+                      dgc_buffer **b) {
     const dgc_step_params *p = &plan->p;
-    const void *key = sb == MPI_IN_PLACE ? NULL : sb;
-    *b = dgc_registry_find(c, key, rb, p->n);
+    *b = dgc_registry_find(c, key->send, key->buf, p->n);
     dgc_registry_free_idle(c, cfg->state_idle_calls);
     if (*b) return DGC_PART_STATE;
     const int momentum = cfg->momentum > 0;
     const size_t est = state_estimate(plan, nranks, cfg);
     size_t budget = (size_t)cfg->max_state_mb << 20;
-    dgc_create_result r = dgc_registry_create(c, key, rb, p->n, momentum, est, budget, b);
+    dgc_create_result r = dgc_registry_create(c, key->send, key->buf, p->n, momentum, est, budget, b);
     if (r == DGC_OVER_BUDGET) {
         if (!c->budget_warned++)
             DGC_WARN("a new %llu-element buffer would pass DGC_MAX_STATE_MB=%llu: summed densely on every rank "
@@ -157,8 +178,29 @@ static int find_state(dgc_comm *c, const void *sb, const void *rb, const dgc_pla
         return DGC_PART_FAILED;
     }
     warn_growth(c, p->n);
-    warn_fusion(c, key, rb, p->n);
+    if (!key->by_order) warn_fusion(c, key->send, key->buf, p->n); /* positions of different counts share keys */
     return DGC_PART_STATE;
+}
+
+/* DGC_BUFFER_KEY=order: the call's key from its place in c's step; -1 while
+ * the step is not known (the call is summed densely: a decision from the
+ * counts alone, the same on every rank). */
+static int order_key(dgc_comm *c, uint64_t count, state_key *key) {
+    const int64_t at = dgc_registry_order_next(c, count);
+    if (at >= 0) {
+        *key = (state_key){DGC_ORDER_SEND, (const void *)(uintptr_t)(at + 1), 1};
+        return 0;
+    }
+    if (at == DGC_ORDER_CHANGED && !c->order_warned++)
+        DGC_WARN("DGC_BUFFER_KEY=order: the order of this communicator's all-reduces changed (a %llu-element call "
+                 "broke the step of %llu calls learnt so far); its calls are summed densely until the new order "
+                 "repeats, and states are found by their place in it. Said once",
+                 (unsigned long long)count, (unsigned long long)dgc_order_step(c->order));
+    if (at == DGC_ORDER_TOO_LONG && !c->order_warned++)
+        DGC_WARN("DGC_BUFFER_KEY=order: no repeating order of at most %d all-reduces found on a communicator: its "
+                 "float sums are summed densely from now on (use DGC_BUFFER_KEY=address for persistent buffers)",
+                 DGC_ORDER_MAX_STEP);
+    return -1;
 }
 
 /* *why: the reason when it hands the call back (DGC_MPI_PASS). */
@@ -167,6 +209,11 @@ static int compressed(const void *sb, void *rb, uint64_t count, MPI_Comm comm, i
     int rc;
     dgc_comm *c = dgc_mpi_comm(comm, nranks, cfg, &rc);
     if (!c) return dgc_mpi_fail(comm, rc);
+    state_key key = {sb == MPI_IN_PLACE ? NULL : sb, rb, 0};
+    if (cfg->buffer_key == DGC_KEY_ORDER && order_key(c, count, &key)) {
+        *why = DGC_PASS_ORDER;
+        return DGC_MPI_PASS;
+    }
     uint64_t step;
     if (dgc_registry_next_step(c, count, &step)) {
         if (!c->table_full_warned++)
@@ -175,6 +222,7 @@ static int compressed(const void *sb, void *rb, uint64_t count, MPI_Comm comm, i
         *why = DGC_PASS_TABLE;
         return DGC_MPI_PASS;
     }
+    warn_moves(c, count, &key);
     dgc_plan plan;
     if (dgc_policy_plan(cfg, count, DGC_SUM_F32, step, nranks, &plan)) { /* too big for one all-gather */
         *why = DGC_PASS_LARGE;
@@ -183,7 +231,7 @@ static int compressed(const void *sb, void *rb, uint64_t count, MPI_Comm comm, i
     io_view v;
     dgc_buffer *b = NULL;
     int local = DGC_PART_FAILED;
-    if (view_open(&v, sb, rb, count) == 0) local = find_state(c, sb, rb, &plan, nranks, cfg, &b);
+    if (view_open(&v, sb, rb, count) == 0) local = find_state(c, &key, &plan, nranks, cfg, &b);
     else DGC_ERROR("no memory for an aligned copy of a misaligned %llu-element buffer", (unsigned long long)count);
     rc = dgc_mpi_exchange(c, b, local, v.g, v.work, &plan, comm, cfg);
     view_close(&v, rc == MPI_SUCCESS);
@@ -191,7 +239,10 @@ static int compressed(const void *sb, void *rb, uint64_t count, MPI_Comm comm, i
      * calls disagreed, different counts, fail alike): each gives its own
      * step back, so that the counters meet again and the next well-formed
      * call works, instead of failing for ever on steps taken apart. */
-    if (rc != MPI_SUCCESS) dgc_registry_undo_step(c, count);
+    if (rc != MPI_SUCCESS) {
+        dgc_registry_undo_step(c, count);
+        if (key.by_order) dgc_registry_order_undo(c);
+    }
     return rc;
 }
 
@@ -202,7 +253,8 @@ static dgc_pass_reason pass_reason(const dgc_config *cfg, MPI_Datatype dt, MPI_O
     if (op != MPI_SUM) return DGC_PASS_OP;
     if (!is_float(dt)) return DGC_PASS_TYPE;
     if (count < 0 || (uint64_t)count < cfg->min_elements) return DGC_PASS_SMALL;
-    if (nranks == 0 || (uint64_t)nranks < cfg->min_ranks) return DGC_PASS_RANKS;
+    /* is_candidate held, so the caller has nranks (intra_size) */
+    if (nranks <= 0 || (uint64_t)nranks < cfg->min_ranks) return DGC_PASS_RANKS;
     return DGC_PASS_LARGE; /* past DGC_MAX_ELEMENTS */
 }
 
@@ -231,18 +283,22 @@ int dgc_mpi_try_compressed(const void *sb, void *rb, MPI_Count count, MPI_Dataty
         n = intra_size(comm);
         if (dgc_policy_compressible(cfg, (uint64_t)count, n)) {
             int rc = compressed(sb, rb, (uint64_t)count, comm, n, cfg, &why);
+            if (rc == MPI_SUCCESS) dgc_registry_tally_add(DGC_TALLY_MPI_COMPRESSED);
             if (rc != DGC_MPI_PASS) return rc;
         }
     }
     warn_type(cfg, dt, op, count);
     /* Every call that goes on to PMPI_Allreduce is counted, also the ones
      * compressed() hands back (a communicator's count table full, a payload
-     * too large for one all-gather). */
+     * too large for one all-gather); without statistics only its reason,
+     * for the exit line when nothing was compressed (mpi/comm.c). */
+    if (why == DGC_PASS_OTHER) why = pass_reason(cfg, dt, op, count, n);
     if (dgc_config_counts(cfg)) {
         int size = 0;
         if (PMPI_Type_size(dt, &size) != MPI_SUCCESS || size < 0) size = 0;
-        if (why == DGC_PASS_OTHER) why = pass_reason(cfg, dt, op, count, n < 0 ? intra_size(comm) : n);
         dgc_registry_count_passthrough((uint64_t)count * (uint64_t)size, why);
+    } else {
+        dgc_registry_note_pass_reason(why);
     }
     return DGC_MPI_PASS;
 }
