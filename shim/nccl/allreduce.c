@@ -172,7 +172,7 @@ DGC_EXPORT ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size
     if (!api) return ncclSystemError;
     const dgc_config *cfg = dgc_config_current();
     dgc_nccl_call k = {.send = sendbuff, .recv = recvbuff, .count = count, .dtype = datatype, .op = op,
-                       .forward = DGC_NCCL_RUN};
+                       .forward = DGC_NCCL_RUN, .order_at = -1};
     k.comm = comm;
     k.stream = stream;
     dgc_device_guard g;

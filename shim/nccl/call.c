@@ -49,6 +49,7 @@
 #include "dgcshim/policy.h"
 #include "dgcshim/wire.h"
 #include "core/log.h"
+#include "core/order.h"
 #include "core/stats_file.h"
 #include "internal.h"
 
@@ -301,6 +302,27 @@ static const char *lack_text(int lack) {
     }
 }
 
+/* DGC_BUFFER_KEY=order: k's place in its communicator's step (core/order.h);
+ * -1 while the step is learnt, when the call passes through (the real
+ * ncclAllReduce, in its place): decided from the counts alone, alike on
+ * every rank. */
+static int order_place(dgc_nccl_call *k) {
+    dgc_comm *c = k->c;
+    k->order_at = dgc_registry_order_next(c, k->count);
+    if (k->order_at >= 0) return 0;
+    k->learning = 1;
+    if (k->order_at == DGC_ORDER_CHANGED && !c->order_warned++)
+        DGC_WARN("DGC_BUFFER_KEY=order: the order of an NCCL communicator's all-reduces changed (a %llu-element call "
+                 "broke the step of %llu calls learnt so far); its calls go uncompressed until the new order "
+                 "repeats. Said once",
+                 (unsigned long long)k->count, (unsigned long long)dgc_order_step(c->order));
+    if (k->order_at == DGC_ORDER_TOO_LONG && !c->order_warned++)
+        DGC_WARN("DGC_BUFFER_KEY=order: no repeating order of at most %d all-reduces on an NCCL communicator: its "
+                 "float sums go uncompressed from now on (DGC_BUFFER_KEY=address keys persistent buffers)",
+                 DGC_ORDER_MAX_STEP);
+    return -1;
+}
+
 /* The call's step, plan and state; k->part DGC_NCCL_STATE when this rank
  * holds one (compressed later), else DGC_NCCL_FAILED for now (the vote or
  * take_part_flagged settles it), or DGC_NCCL_PASS. */
@@ -329,6 +351,10 @@ static void plan(dgc_nccl_call *k, const dgc_config *cfg) {
     }
     dgc_nccl_chain_in(dgc_nccl_ext(c), k->stream);
     k->rc = news(c);
+    if (cfg->buffer_key == DGC_KEY_ORDER && order_place(k)) {
+        k->part = DGC_NCCL_PASS;
+        return;
+    }
     uint64_t step;
     if (dgc_registry_next_step(c, k->count, &step)) {
         if (!c->table_full_warned++)
@@ -565,6 +591,7 @@ static void count_call(dgc_nccl_call *k) {
 
 dgc_pass_reason dgc_nccl_pass_reason(const dgc_nccl_call *k, const dgc_config *cfg) {
     dgc_gpu_dtype t;
+    if (k->learning) return DGC_PASS_ORDER;
     if (!cfg->enable) return DGC_PASS_DISABLED;
     if (k->op != ncclSum && k->op != ncclAvg) return DGC_PASS_OP;
     if (dgc_nccl_gpu_dtype(k->dtype, &t)) return DGC_PASS_TYPE;

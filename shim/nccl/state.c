@@ -113,7 +113,11 @@ static void warn_growth(dgc_comm *c, uint64_t count) {
 
 dgc_buffer *dgc_nccl_state_get(dgc_nccl_call *k, const dgc_config *cfg) {
     dgc_comm *c = k->c;
-    const void *key = k->send == k->recv ? NULL : k->send;
+    /* By address, or under DGC_BUFFER_KEY=order by place in the step
+     * (registry.h's DGC_ORDER_SEND key), where memory says nothing. */
+    const int by_order = k->order_at >= 0;
+    const void *key = by_order ? DGC_ORDER_SEND : k->send == k->recv ? NULL : k->send;
+    const void *place = by_order ? (const void *)(uintptr_t)(k->order_at + 1) : k->recv;
     dgc_gpu_shape want = {
         .n = k->count,
         .k = k->plan.p.k,
@@ -133,7 +137,7 @@ dgc_buffer *dgc_nccl_state_get(dgc_nccl_call *k, const dgc_config *cfg) {
     /* A run takes a communicator's calls one round at a time: a buffer is
      * never pinned by another call here (the same buffer twice in a group
      * is two calls in turn, as without the group). */
-    dgc_buffer *b = dgc_registry_find(c, key, k->recv, k->count);
+    dgc_buffer *b = dgc_registry_find(c, key, place, k->count);
     if (b && !fits(dgc_gpu_state_shape(b->gpu), &want)) { /* the same memory, now another type or size */
         dgc_registry_release_where(c, is_entry, b);
         b = NULL;
@@ -143,7 +147,7 @@ dgc_buffer *dgc_nccl_state_get(dgc_nccl_call *k, const dgc_config *cfg) {
         b->pinned = 1;
         return b;
     }
-    retire_overlapping(k, key);
+    if (!by_order) retire_overlapping(k, key);
     if (!dgc_registry_within_budget(k->footprint, (size_t)cfg->max_state_mb << 20)) {
         DGC_DEBUG("the state of a new %llu-element buffer (%zu bytes) would pass DGC_MAX_STATE_MB=%llu on this rank",
                   (unsigned long long)k->count, k->footprint, (unsigned long long)cfg->max_state_mb);
@@ -162,7 +166,7 @@ dgc_buffer *dgc_nccl_state_get(dgc_nccl_call *k, const dgc_config *cfg) {
         k->lack = DGC_NCCL_LACK_DEVICE;
         return NULL;
     }
-    if (dgc_registry_adopt(c, key, k->recv, k->count, s, dgc_gpu_state_bytes(s), release_gpu, &b) != DGC_CREATED) {
+    if (dgc_registry_adopt(c, key, place, k->count, s, dgc_gpu_state_bytes(s), release_gpu, &b) != DGC_CREATED) {
         dgc_nccl_mapped_put(dgc_gpu_state_release(s, k->stream), sizeof(unsigned long long), NULL);
         DGC_DEBUG("no host memory for the entry of a %llu-element buffer", (unsigned long long)k->count);
         k->lack = DGC_NCCL_LACK_HOST;
