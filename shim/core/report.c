@@ -60,14 +60,19 @@ void dgc_stats_report(void) {
                    (unsigned long long)t.saturated);
     if (t.passthrough) {
         char why[256];
-        size_t w = 0;
-        for (int i = 0; i < DGC_PASS_REASONS && w < sizeof why; i++)
-            if (t.passthrough_by[i])
-                w += (size_t)snprintf(why + w, sizeof why - w, "%s%s %llu", w ? ", " : "",
-                                      dgc_pass_reason_name((dgc_pass_reason)i), (unsigned long long)t.passthrough_by[i]);
+        dgc_report_pass_reasons(&t, why, sizeof why);
         dgc_log_tagged("STATS", "pass-through calls by reason: %s", why);
     }
     dgc_log_tagged("STATS", "memory: %llu bytes in %llu live states (released %llu), peak %llu bytes",
                    (unsigned long long)t.bytes, (unsigned long long)t.live_states,
                    (unsigned long long)t.released_states, (unsigned long long)t.peak_bytes);
+}
+
+void dgc_report_pass_reasons(const dgc_registry_totals *t, char *buf, size_t len) {
+    size_t w = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < DGC_PASS_REASONS && w < len; i++)
+        if (t->passthrough_by[i])
+            w += (size_t)snprintf(buf + w, len - w, "%s%s %llu", w ? ", " : "",
+                                  dgc_pass_reason_name((dgc_pass_reason)i), (unsigned long long)t->passthrough_by[i]);
 }

@@ -39,8 +39,26 @@ static int comm_deleted(MPI_Comm comm, int keyval, void *val, void *extra) {
 /* NCCL communicators are not MPI's to free: their records stay until
  * ncclCommDestroy, and the report printed here (once: the NCCL front end
  * prints it at exit otherwise) shows them as they stand. */
+/* A job in which nothing was compressed says so on rank 0, at the default
+ * log level, with the reasons: otherwise it runs dense, as without the
+ * shim, and nothing shows it (a double gradient, a buffer under
+ * DGC_MIN_ELEMENTS, no MPI_Allreduce at all). */
+static void say_if_nothing_compressed(const dgc_config *cfg) {
+    if (dgc_config_rank() != 0 || !cfg->enable || dgc_registry_tally(DGC_TALLY_MPI_COMPRESSED)) return;
+    dgc_registry_totals t;
+    dgc_registry_totals_get(&t);
+    char why[256];
+    dgc_report_pass_reasons(&t, why, sizeof why);
+    if (why[0])
+        DGC_WARN("nothing was compressed in this job: every MPI_Allreduce passed through (by reason: %s; "
+                 "docs/mpi.md#what-is-compressed)", why);
+    else
+        DGC_WARN("nothing was compressed in this job: no MPI_Allreduce reached the shim");
+}
+
 static void finalizing(void) {
     const dgc_config *cfg = dgc_config_current();
+    say_if_nothing_compressed(cfg);
     if (cfg->stats && dgc_config_rank() == 0 && dgc_registry_claim(DGC_FLAG_REPORTED)) dgc_stats_report();
     dgc_stats_file_final();
     dgc_config off = *cfg;

@@ -3,6 +3,7 @@
  * statistics and free every MPI state when MPI_Finalize runs (through an
  * attribute on MPI_COMM_SELF, mpi/comm.c, so that Fortran's MPI_FINALIZE,
  * which calls PMPI_Finalize directly, is covered too). */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -47,6 +48,30 @@ static _Noreturn void stop_job(int agree) {
     exit(1);
 }
 
+/* The line that says the shim is there, on rank 0: every setting at
+ * DGC_LOG_LEVEL=info; at the default level one shorter line (the ranks, the
+ * library, the settings that shape the result), since a job that shows
+ * nothing of the shim leaves a user guessing whether it is on at all;
+ * nothing at DGC_LOG_LEVEL=error. */
+static void say_active(const dgc_config *cfg) {
+    if (cfg->log_level >= DGC_LOG_INFO) {
+        char line[4096]; /* two paths of up to DGC_TEXT_MAX among the values */
+        dgc_config_describe(cfg, line, sizeof line);
+        DGC_INFO("dgcshim active (host engine: %s, built for %s): %s", dgc_stream_variant_name(), dgc_mpi_built_for(),
+                 line);
+        return;
+    }
+    if (cfg->log_level < DGC_LOG_WARN) return;
+    int size = 0;
+    PMPI_Comm_size(MPI_COMM_WORLD, &size);
+    Dl_info self;
+    const char *lib = dladdr((void *)say_active, &self) && self.dli_fname ? self.dli_fname : "?";
+    dgc_log_tagged("INFO", "dgcshim active on %d ranks (%s): DGC_SPARSITY=%g DGC_MOMENTUM=%g DGC_WARMUP_STEPS=%llu "
+                           "DGC_BUFFER_KEY=%s%s; DGC_LOG_LEVEL=info shows every setting, error hides this line",
+                   size, lib, cfg->sparsity, cfg->momentum, (unsigned long long)cfg->warmup_steps,
+                   cfg->buffer_key == DGC_KEY_ORDER ? "order" : "address", cfg->enable ? "" : " DGC_ENABLE=0");
+}
+
 /* Parses the environment, agrees on it with every rank of MPI_COMM_WORLD and
  * installs it; a bad or inconsistent environment stops the job here. */
 void dgc_mpi_setup(void) {
@@ -65,12 +90,7 @@ void dgc_mpi_setup(void) {
     int agree = dgc_mpi_lifetime_init(&cfg, failed ? DGC_LOCAL_PARSE_FAILED : 0);
     if (agree != DGC_AGREE_OK) stop_job(agree);
     dgc_config_install(&cfg);
-    if (rank == 0) {
-        char line[4096]; /* two paths of up to DGC_TEXT_MAX among the values */
-        dgc_config_describe(&cfg, line, sizeof line);
-        DGC_INFO("dgcshim active (host engine: %s, built for %s): %s", dgc_stream_variant_name(), dgc_mpi_built_for(),
-                 line);
-    }
+    if (rank == 0) say_active(&cfg);
 }
 
 DGC_MPI_EXPORT int MPI_Init(int *argc, char ***argv) {
