@@ -146,10 +146,17 @@ mpi_case(passthrough_reasons -e DGC_STATS=1
          --times 4 "WARN a 100000-element sum of MPI_INT passes through uncompressed"
          --times 0 "WARN .* sum of MPI_DOUBLE" -- passthrough --expect-compressed 1)
 mpi_case(passthrough_disabled -e DGC_ENABLE=0 -- passthrough --expect-compressed 0)
-mpi_case(passthrough_min_elements -e DGC_MIN_ELEMENTS=200000 -- passthrough --expect-compressed 0)
+mpi_case(passthrough_min_elements -e DGC_MIN_ELEMENTS=200000
+         --times 1 "rank 0 dgcshim WARN nothing was compressed in this job: every MPI_Allreduce passed through \\(by reason: op 2, type 4, small [0-9]+;"
+         -- passthrough --expect-compressed 0)
 mpi_case(passthrough_min_ranks -e DGC_MIN_RANKS=8 -- passthrough --expect-compressed 0)
 mpi_case(stats_ratio -e DGC_STATS=1 -e DGC_VALUE_BITS=16 --grep "STATS +0x[0-9a-f]+<0x[0-9a-f]+ +1048576 +5 +0 +20971520 +18600 +1127[.]5x +1127[.]5x"
          -- stats)
+# At the default log level one line on rank 0 says the shim is on; none at
+# DGC_LOG_LEVEL=error; a job that compressed something says nothing at exit.
+mpi_case(banner_default --times 1 "rank 0 dgcshim INFO dgcshim active on 4 ranks \\(/.*libdgcshim[-a-z]*[.]so\\): DGC_SPARSITY=0.999 DGC_MOMENTUM=0 DGC_WARMUP_STEPS=0 DGC_BUFFER_KEY=address;"
+         --times 0 "dgcshim (INFO|WARN) .*nothing was compressed" -- passthrough)
+mpi_case(banner_quiet -e DGC_LOG_LEVEL=error --times 0 "dgcshim active" -- passthrough)
 mpi_case(banner -e DGC_LOG_LEVEL=info --grep "rank 0 dgcshim INFO dgcshim active \\(host engine: (avx512|avx2|generic), built for (Open MPI|MPICH) [0-9.a-z]+, MPI [34]\\.[0-9], (Open MPI|MPICH) ABI\\): DGC_ENABLE=1 DGC_SPARSITY=0.999"
          -- passthrough)
 # A start-up check that fails stops the job with every rank's own line: each
@@ -245,6 +252,23 @@ mpi_case(memory_formula --check $<TARGET_FILE:lifetime_check> -e DGC_MOMENTUM=0.
 # With momentum compensation, rank 0's buffer moves to a fresh state (and
 # back, to a state whose S_{t-1} is older than the others'): the ranks agree
 # from the headers whether to subtract, by either transport.
+# Fresh buffers every step at moving addresses (a buffer often where another
+# of its size was the step before) give, under DGC_BUFFER_KEY=order, the
+# outputs of persistent buffers bit for bit, with momentum, compensation and
+# warm-up: one flat buffer, and four per step of two sizes; by address they
+# differ (the control), and the shim says so once per rank, naming the
+# setting. STATS counts the 8 calls of each communicator summed densely
+# while its step is learnt.
+set(FRESH ${LIFE} -e DGC_MOMENTUM=0.9 -e DGC_WARMUP_STEPS=8 -e DGC_SPARSITY=0.99 -e DGC_STATS=1)
+mpi_case(fresh_buffer_flat ${FRESH} -e DGC_BUFFER_KEY=order --grep "pass-through calls by reason: order_learning 16$"
+         -- fresh --n 30000 --rounds 30)
+mpi_case(fresh_buffers_mixed ${FRESH} -e DGC_BUFFER_KEY=order --grep "pass-through calls by reason: order_learning 16$"
+         -- fresh --n 60000 --rounds 20 --mixed 1)
+mpi_case(fresh_buffers_mixed_reduce ${FRESH} -e DGC_BUFFER_KEY=order -e DGC_TRANSPORT=reduce
+         -- fresh --n 60000 --rounds 20 --mixed 1)
+mpi_case(fresh_buffer_by_address_differs ${FRESH}
+         --times 4 "WARN every compressed all-reduce on this communicator is of 30000 elements, and most calls come"
+         --grep "set DGC_BUFFER_KEY=order" -- fresh --n 30000 --rounds 10 --expect-differ 1)
 mpi_case(buffer_moved_on_one_rank ${LIFE} -e DGC_MOMENTUM=0.9 -- moved)
 mpi_case(buffer_moved_and_back_on_one_rank ${LIFE} -e DGC_MOMENTUM=0.9 -- moved --back 1)
 mpi_case(buffer_moved_and_back_dense ${LIFE} -e DGC_MOMENTUM=0.9 -e DGC_TRANSPORT=dense -- moved --back 1)

@@ -35,6 +35,11 @@
  *       fresh allocation at step 3 (--back: and back at step 4): every
  *       rank's output stays the same bytes at every step
  *
+ *   lifetime_check fresh [--mixed 1] [--rounds S] [--expect-differ 1]
+ *       fresh buffers at moving addresses every step against persistent
+ *       ones, on two communicators: the same outputs bit for bit (or, the
+ *       control, not)
+ *
  * Prints "PASS mode" on rank 0, or the first failure and exits 1. */
 #include <math.h>
 #include <stdio.h>
@@ -340,6 +345,61 @@ static void mode_moved(const options *o) {
     if (rank == 0) printf("PASS moved%s: %ld steps, the same bytes on every rank\n", o->back ? " and back" : "", steps);
 }
 
+/* ---- fresh buffers every step (DGC_BUFFER_KEY=order) ----
+ * The same gradients all-reduced in place on two duplicates of
+ * MPI_COMM_WORLD: on one from buffers that persist, on the other from
+ * buffers at new places every step, taken from a pool in a rotating order
+ * (a buffer often lands where another of its size was the step before),
+ * and every few steps from a new allocation. --pattern flat: one buffer per
+ * step (an mpi4py trainer's flat gradient); mixed: four per step, three of
+ * one size and one of another. The outputs must agree bit for bit at every
+ * call, or, with --expect-differ 1 (DGC_BUFFER_KEY=address, the control),
+ * differ somewhere. */
+static void mode_fresh(const options *o) {
+    const int mixed = o->mixed;
+    const long nb = mixed ? 4 : 1, n = o->n, steps = o->rounds;
+    long size[4] = {n, n, n / 3, n};
+    const long pool = nb + 2, most = n + 16;
+    MPI_Comm keep, move;
+    MPI_Comm_dup(MPI_COMM_WORLD, &keep);
+    MPI_Comm_dup(MPI_COMM_WORLD, &move);
+    float *persistent[4], *slot[6], *fresh = NULL;
+    for (long b = 0; b < nb; b++) persistent[b] = malloc((size_t)size[b] * sizeof(float));
+    for (long j = 0; j < pool; j++) slot[j] = malloc((size_t)most * sizeof(float));
+    long differ = 0, calls = 0;
+    for (long s = 0; s < steps; s++) {
+        for (long b = 0; b < nb; b++, calls++) {
+            float *p = persistent[b];
+            /* Rotating slots, an offset that changes the address within
+             * a slot, and a new allocation every fifth step. */
+            float *q = slot[(b + s) % pool] + (s % 3) * 4;
+            if (s % 5 == 4) q = fresh = realloc(fresh, (size_t)size[b] * sizeof(float) + 64 * (size_t)(s + b));
+            fill_grad(p, rank + 8 * (int)b, s, size[b]);
+            memcpy(q, p, (size_t)size[b] * sizeof(float));
+            MPI_Allreduce(MPI_IN_PLACE, p, (int)size[b], MPI_FLOAT, MPI_SUM, keep);
+            MPI_Allreduce(MPI_IN_PLACE, q, (int)size[b], MPI_FLOAT, MPI_SUM, move);
+            check_identical(q, size[b], MPI_COMM_WORLD, "fresh");
+            if (memcmp(p, q, (size_t)size[b] * sizeof(float)) == 0) continue;
+            if (!o->back) {
+                long i = 0;
+                while (p[i] == q[i]) i++;
+                fail("step %ld buffer %ld (%ld elements) element %ld: %.9g from a persistent buffer, %.9g from a "
+                     "fresh one", s, b, size[b], i, (double)p[i], (double)q[i]);
+            }
+            differ++;
+        }
+    }
+    if (o->back && !differ) fail("the control: fresh and persistent buffers agreed at all %ld calls", calls);
+    for (long b = 0; b < nb; b++) free(persistent[b]);
+    for (long j = 0; j < pool; j++) free(slot[j]);
+    free(fresh);
+    MPI_Comm_free(&keep);
+    MPI_Comm_free(&move);
+    if (rank == 0)
+        printf("PASS fresh (%s): %ld calls, %s\n", mixed ? "mixed" : "flat", calls,
+               o->back ? "fresh and persistent differ (control)" : "fresh equal to persistent, bit for bit");
+}
+
 static void parse(int argc, char **argv, options *o) {
     *o = (options){.n = 40000, .buffers = 100, .rounds = 3, .idle = 10, .sparsity = 0.99, .free_how = "free"};
     for (int i = 2; i + 1 < argc; i += 2) {
@@ -355,6 +415,7 @@ static void parse(int argc, char **argv, options *o) {
         else if (!strcmp(k, "--mixed")) o->mixed = atoi(v);
         else if (!strcmp(k, "--fresh")) o->fresh = atoi(v);
         else if (!strcmp(k, "--back")) o->back = atoi(v);
+        else if (!strcmp(k, "--expect-differ")) o->back = atoi(v);
         else if (!strcmp(k, "--free")) o->free_how = v;
         else fail("unknown option %s", k);
     }
@@ -373,6 +434,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "growth")) mode_growth(&o);
     else if (!strcmp(mode, "fusion")) mode_fusion(&o);
     else if (!strcmp(mode, "moved")) mode_moved(&o);
+    else if (!strcmp(mode, "fresh")) mode_fresh(&o);
     else fail("unknown mode '%s'", mode);
     MPI_Finalize();
     return 0;

@@ -16,6 +16,10 @@
  * be the same bytes on every rank. The shim's STATS (checked by the ctest
  * case) show every call compressed.
  *
+ * ddp_shape_fresh*: each bucket is all-reduced from a new buffer every call
+ * (a comm hook that makes a new tensor per call), on both paths, under
+ * DGC_BUFFER_KEY=order; the same equality holds.
+ *
  * The program knows nothing of the shim: MPI_Init is the ordinary one (so
  * the shim's MPI path runs), and the DGC_* settings are set before it. */
 #include <cuda_runtime_api.h>
@@ -93,32 +97,60 @@ static void check_identical(const float *out, long n, long step) {
 
 static int group_rank = -1; /* the rank that wraps each step's calls in a group (older DDP, coalesced calls) */
 
+/* fresh: every bucket is all-reduced from a buffer of its own each call, as
+ * a comm hook that makes a new tensor per call (fp16_compress_hook's
+ * pattern) gets from a caching allocator: slots of a pool in a rotating
+ * order, so that a bucket often lands where another was (DGC_BUFFER_KEY=order). */
+#define POOL 4
+static int fresh;
+static float *dev_pool[POOL], *host_pool[POOL];
+
+static float *slot(float **pool, long step, int b) { return pool[(b + step) % POOL] + (step % 3) * 16; }
+
+static void nccl_bucket(float *x, long n, long step, int b, ncclComm_t comm, cudaStream_t s) {
+    if (!fresh) {
+        NCCL_OK(ncclAllReduce(x, x, (size_t)n, ncclFloat32, ncclSum, comm, s));
+        return;
+    }
+    float *y = slot(dev_pool, step, b);
+    const size_t bytes = (size_t)n * sizeof(float);
+    CUDA_OK(cudaMemcpyAsync(y, x, bytes, cudaMemcpyDeviceToDevice, s));
+    NCCL_OK(ncclAllReduce(y, y, (size_t)n, ncclFloat32, ncclSum, comm, s));
+    CUDA_OK(cudaMemcpyAsync(x, y, bytes, cudaMemcpyDeviceToDevice, s));
+}
+
 /* The calls of one step, on the NCCL path, as DDP issues them. */
 static void nccl_step(float *dev, long step, ncclComm_t comm, cudaStream_t s) {
     const int grouped = rank == group_rank;
     if (grouped) NCCL_OK(ncclGroupStart());
     if (step == 0) {
-        NCCL_OK(ncclAllReduce(dev, dev, ALL, ncclFloat32, ncclSum, comm, s));
+        nccl_bucket(dev, ALL, step, 0, comm, s);
     } else {
         long at = 0;
         for (int b = 0; b < NBUCKETS; b++) {
-            NCCL_OK(ncclAllReduce(dev + at, dev + at, (size_t)bucket[b], ncclFloat32, ncclSum, comm, s));
+            nccl_bucket(dev + at, bucket[b], step, b, comm, s);
             at += bucket[b];
         }
     }
     if (grouped) NCCL_OK(ncclGroupEnd());
 }
 
+static void mpi_bucket(float *x, long n, long step, int b) {
+    float *y = fresh ? slot(host_pool, step, b) : x;
+    if (fresh) memcpy(y, x, (size_t)n * sizeof(float));
+    if (MPI_Allreduce(MPI_IN_PLACE, y, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
+        fail("MPI_Allreduce failed");
+    if (fresh) memcpy(x, y, (size_t)n * sizeof(float));
+}
+
 static void mpi_step(float *host, long step) {
     if (step == 0) {
-        if (MPI_Allreduce(MPI_IN_PLACE, host, ALL, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
-            fail("MPI_Allreduce failed");
+        mpi_bucket(host, ALL, step, 0);
         return;
     }
     long at = 0;
     for (int b = 0; b < NBUCKETS; b++) {
-        if (MPI_Allreduce(MPI_IN_PLACE, host + at, (int)bucket[b], MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
-            fail("MPI_Allreduce failed");
+        mpi_bucket(host + at, bucket[b], step, b);
         at += bucket[b];
     }
 }
@@ -135,6 +167,10 @@ static void run(void) {
     float *g = malloc(bytes), *via_mpi = malloc(bytes), *via_nccl = malloc(bytes), *dev = NULL;
     if (!g || !via_mpi || !via_nccl) fail("no host memory");
     CUDA_OK(cudaMalloc((void **)&dev, bytes));
+    for (int j = 0; fresh && j < POOL; j++) {
+        CUDA_OK(cudaMalloc((void **)&dev_pool[j], bytes + 64 * sizeof(float)));
+        if (!(host_pool[j] = malloc(bytes + 64 * sizeof(float)))) fail("no host memory");
+    }
     long nonzero = 0;
     for (long step = 0; step < STEPS; step++) {
         for (long i = 0; i < ALL; i++) g[i] = grad(rank, step, i);
@@ -155,6 +191,10 @@ static void run(void) {
     printf("gpu.nccl.%s rank %d: %d steps, NCCL path equal to the MPI path bit for bit, %.1f non-zeros a step\n",
            case_name, rank, STEPS, (double)nonzero / STEPS);
     CUDA_OK(cudaFree(dev));
+    for (int j = 0; fresh && j < POOL; j++) {
+        CUDA_OK(cudaFree(dev_pool[j]));
+        free(host_pool[j]);
+    }
     NCCL_OK(ncclCommDestroy(comm));
     free(g);
     free(via_mpi);
@@ -165,22 +205,27 @@ typedef struct {
     const char *name;
     const char *env[8];
     int group_rank;
+    int fresh;
 } test_case;
 
 #define DDP "DGC_WARMUP_STEPS=20", "DGC_MOMENTUM=0.9", "DGC_STATS=1"
 static const test_case cases[] = {
-    {"ddp_shape", {DDP}, -1},
-    {"ddp_shape_fp32", {DDP, "DGC_VALUE_BITS=32"}, -1},
+    {"ddp_shape", {DDP}, -1, 0},
+    {"ddp_shape_fp32", {DDP, "DGC_VALUE_BITS=32"}, -1, 0},
     /* A budget on every rank that the large buckets' states pass: they are
      * summed densely, on both paths, the small one compressed. 2 MB, not
      * 1: here one process holds both paths' states under the one budget
      * (the NCCL path's 20000-element state alone is 0.78 MB: it is sized for
      * the warm-up's densest step). */
-    {"ddp_shape_over_budget", {DDP, "DGC_MAX_STATE_MB=2"}, -1},
+    {"ddp_shape_over_budget", {DDP, "DGC_MAX_STATE_MB=2"}, -1, 0},
     /* Rank 1 groups each step's calls, rank 0 does not. */
-    {"ddp_shape_mixed_groups", {DDP}, 1},
+    {"ddp_shape_mixed_groups", {DDP}, 1, 0},
     /* DGC_STATS_FILE, written from both paths' calls (print_stats_file). */
-    {"ddp_shape_stats_file", {DDP, "DGC_STATS_EVERY=100"}, -1},
+    {"ddp_shape_stats_file", {DDP, "DGC_STATS_EVERY=100"}, -1, 0},
+    /* A fresh buffer per bucket per call (a comm hook's new tensor), keyed
+     * by order on both paths: the NCCL path still equals the MPI path. */
+    {"ddp_shape_fresh", {DDP, "DGC_BUFFER_KEY=order"}, -1, 1},
+    {"ddp_shape_fresh_groups", {DDP, "DGC_BUFFER_KEY=order"}, 1, 1},
 };
 
 /* Each rank's DGC_STATS_FILE after MPI_Finalize: how many lines of each
@@ -215,11 +260,12 @@ int main(int argc, char **argv) {
         if (strcmp(argv[1], cases[i].name) == 0) tc = &cases[i];
     if (!tc) {
         fprintf(stderr, "usage: ddp_shape CASE (ddp_shape, ddp_shape_fp32, ddp_shape_over_budget, "
-                        "ddp_shape_mixed_groups, ddp_shape_stats_file)\n");
+                        "ddp_shape_mixed_groups, ddp_shape_stats_file, ddp_shape_fresh, ddp_shape_fresh_groups)\n");
         return 2;
     }
     case_name = tc->name;
     group_rank = tc->group_rank;
+    fresh = tc->fresh;
     /* Before MPI_Init: the shim reads its settings there (the MPI path) and
      * at the first NCCL call (the NCCL path). */
     for (int i = 0; i < 8 && tc->env[i]; i++) putenv((char *)tc->env[i]);
