@@ -103,11 +103,13 @@ if [ ! -x "$install/bin/cucc" ] && [ ! -d "$deps/chipStar" ]; then
 fi
 if [ ! -x "$install/bin/cucc" ]; then
   export PATH="$deps/bin:$PATH"
-  cmake -S "$deps/chipStar" -B "$deps/chipStar-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  # From inside deps/: chipStar's configuration leaves an a.out (a SPIR-V
+  # probe) in the directory it runs from.
+  (cd "$deps" && cmake -S "$deps/chipStar" -B "$deps/chipStar-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_INSTALL_PREFIX="$install" -DLLVM_CONFIG_BIN=/usr/lib/llvm-15/bin/llvm-config \
     -DCHIP_BUILD_SAMPLES=OFF -DCHIP_BUILD_TESTS=OFF \
     -DCMAKE_C_COMPILER=/usr/lib/llvm-15/bin/clang -DCMAKE_CXX_COMPILER=/usr/lib/llvm-15/bin/clang++ \
-    -DOpenCL_LIBRARY=/usr/lib/x86_64-linux-gnu/libOpenCL.so > "$deps/chipstar-cmake.log" 2>&1 ||
+    -DOpenCL_LIBRARY=/usr/lib/x86_64-linux-gnu/libOpenCL.so > "$deps/chipstar-cmake.log" 2>&1) ||
     { tail -30 "$deps/chipstar-cmake.log"; exit 1; }
   ninja -C "$deps/chipStar-build" -j "$(nproc)" install > "$deps/chipstar-build.log" 2>&1 ||
     { tail -30 "$deps/chipstar-build.log"; exit 1; }
