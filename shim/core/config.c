@@ -39,7 +39,7 @@ typedef struct {
 
 static const char *const level_names[] = {"error", "warn", "info", "debug", NULL};
 static const char *const transport_names[] = {"auto", "sparse", "dense", "reduce", NULL}; /* dgc_transport order */
-static const char *const key_names[] = {"address", "order", NULL}; /* dgc_buffer_key order */
+static const char *const key_names[] = {"auto", "address", "order", NULL}; /* dgc_buffer_key order */
 static const double widths[] = {16, 32, 0};
 
 static const option_desc options[DGC_OPT_COUNT] = {
@@ -81,7 +81,7 @@ static const option_desc options[DGC_OPT_COUNT] = {
                              0, OFF(stats_every)},
     [DGC_OPT_NCCL_LIBRARY] = {"DGC_NCCL_LIBRARY", KIND_TEXT, "", 0, 0, 0, 0,
                               "a path of at most 1023 bytes, empty = search", 0, OFF(nccl_library)},
-    [DGC_OPT_BUFFER_KEY] = {"DGC_BUFFER_KEY", KIND_CHOICE, "address", 0, 1, 0, 0, "address or order", 1,
+    [DGC_OPT_BUFFER_KEY] = {"DGC_BUFFER_KEY", KIND_CHOICE, "auto", 0, 2, 0, 0, "auto, address or order", 1,
                             OFF(buffer_key), key_names, NULL},
 };
 
@@ -107,8 +107,8 @@ static const char *const summaries[DGC_OPT_COUNT] = {
     [DGC_OPT_STATS_FILE] = "every rank writes JSON lines of its statistics to PATH.RANK (dgcshim report)",
     [DGC_OPT_STATS_EVERY] = "with DGC_STATS_FILE: also write a line every this many compressed calls",
     [DGC_OPT_NCCL_LIBRARY] = "the loaded library that holds the real NCCL, for unusual installs",
-    [DGC_OPT_BUFFER_KEY] = "what a buffer's residual follows: its address, or its place in the step's calls (fresh "
-                           "buffers every step)",
+    [DGC_OPT_BUFFER_KEY] = "what a buffer's residual follows: its address (auto: summed densely where it keeps "
+                           "moving), or its place in the step's calls (fresh buffers every step)",
 };
 
 

@@ -101,20 +101,37 @@ static void warn_growth(dgc_comm *c, uint64_t count) {
 typedef struct {
     const void *send, *buf;
     int by_order;
+    int dense; /* DGC_BUFFER_KEY=auto: its addresses keep moving (moving_dense) */
 } state_key;
 
-/* One count at ever other addresses (DGC_BUFFER_KEY=address): said once
- * per communicator, at the default log level, since a flat gradient copied
- * into a fresh array every step then trains with residuals split between
- * states, and nothing else would show it. */
-static void warn_moves(dgc_comm *c, uint64_t count, const state_key *key) {
-    if (key->by_order || !dgc_registry_note_moves(c, count, key->send, key->buf)) return;
-    DGC_WARN("every compressed all-reduce on this communicator is of %llu elements, and most calls come at another "
-             "address than the call before: if that is one buffer made afresh each step (numpy's np.concatenate or "
-             "torch.cat(...).numpy() every step), its residual is split between states and training suffers: set "
-             "DGC_BUFFER_KEY=order (states follow the order of the calls; docs/mpi.md). If these are distinct "
-             "buffers that persist, all is well. Said once",
-             (unsigned long long)count);
+/* One count at ever other addresses, by address: a flat gradient copied
+ * into a fresh array every step then trains with its residual split
+ * between states, while several persistent buffers of one size look just
+ * the same. Said once per communicator, at the default log level. Returns
+ * 1 when the call is to be summed densely: under DGC_BUFFER_KEY=auto, every
+ * call on the communicator from then on (exact, where compressing could
+ * diverge). A rank's own decision, from its addresses: the exchange makes
+ * every rank sum such a call densely (DGC_PART_DENSE), as for a budget. */
+static int moving_dense(dgc_comm *c, uint64_t count, const state_key *key, const dgc_config *cfg) {
+    if (key->by_order) return 0;
+    if (dgc_registry_note_moves(c, count, key->send, key->buf)) {
+        if (cfg->buffer_key == DGC_KEY_AUTO)
+            DGC_WARN("every compressed all-reduce on this communicator is of %llu elements, and most calls come at "
+                     "another address than the call before: one buffer made afresh each step (torch.cat(...).numpy() "
+                     "or np.concatenate every step), or several persistent buffers of one size, which addresses "
+                     "cannot tell apart. Its calls are summed densely from now on (exact, uncompressed). Set "
+                     "DGC_BUFFER_KEY=order for a buffer made afresh each step (states follow the order of the "
+                     "calls), or DGC_BUFFER_KEY=address for distinct persistent buffers (docs/mpi.md). Said once",
+                     (unsigned long long)count);
+        else
+            DGC_WARN("every compressed all-reduce on this communicator is of %llu elements, and most calls come at "
+                     "another address than the call before: if that is one buffer made afresh each step, its "
+                     "residual is split between states and training suffers: set DGC_BUFFER_KEY=order (states follow "
+                     "the order of the calls; docs/mpi.md). If these are distinct buffers that persist, all is well. "
+                     "Said once",
+                     (unsigned long long)count);
+    }
+    return cfg->buffer_key == DGC_KEY_AUTO && c->moving_warned;
 }
 
 /* A buffer all-reduced with this many distinct counts is taken for a fusion
@@ -159,6 +176,8 @@ static size_t state_estimate(const dgc_plan *plan, int nranks, const dgc_config 
 static int find_state(dgc_comm *c, const state_key *key, const dgc_plan *plan, int nranks, const dgc_config *cfg,
                       dgc_buffer **b) {
     const dgc_step_params *p = &plan->p;
+    *b = NULL;
+    if (key->dense) return DGC_PART_DENSE;
     *b = dgc_registry_find(c, key->send, key->buf, p->n);
     dgc_registry_free_idle(c, cfg->state_idle_calls);
     if (*b) return DGC_PART_STATE;
@@ -188,7 +207,7 @@ static int find_state(dgc_comm *c, const state_key *key, const dgc_plan *plan, i
 static int order_key(dgc_comm *c, uint64_t count, state_key *key) {
     const int64_t at = dgc_registry_order_next(c, count);
     if (at >= 0) {
-        *key = (state_key){DGC_ORDER_SEND, (const void *)(uintptr_t)(at + 1), 1};
+        *key = (state_key){DGC_ORDER_SEND, (const void *)(uintptr_t)(at + 1), 1, 0};
         return 0;
     }
     if (at == DGC_ORDER_CHANGED && !c->order_warned++)
@@ -209,7 +228,7 @@ static int compressed(const void *sb, void *rb, uint64_t count, MPI_Comm comm, i
     int rc;
     dgc_comm *c = dgc_mpi_comm(comm, nranks, cfg, &rc);
     if (!c) return dgc_mpi_fail(comm, rc);
-    state_key key = {sb == MPI_IN_PLACE ? NULL : sb, rb, 0};
+    state_key key = {sb == MPI_IN_PLACE ? NULL : sb, rb, 0, 0};
     if (cfg->buffer_key == DGC_KEY_ORDER && order_key(c, count, &key)) {
         *why = DGC_PASS_ORDER;
         return DGC_MPI_PASS;
@@ -222,7 +241,7 @@ static int compressed(const void *sb, void *rb, uint64_t count, MPI_Comm comm, i
         *why = DGC_PASS_TABLE;
         return DGC_MPI_PASS;
     }
-    warn_moves(c, count, &key);
+    key.dense = moving_dense(c, count, &key, cfg);
     dgc_plan plan;
     if (dgc_policy_plan(cfg, count, DGC_SUM_F32, step, nranks, &plan)) { /* too big for one all-gather */
         *why = DGC_PASS_LARGE;

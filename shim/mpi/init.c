@@ -69,7 +69,8 @@ static void say_active(const dgc_config *cfg) {
     dgc_log_tagged("INFO", "dgcshim active on %d ranks (%s): DGC_SPARSITY=%g DGC_MOMENTUM=%g DGC_WARMUP_STEPS=%llu "
                            "DGC_BUFFER_KEY=%s%s; DGC_LOG_LEVEL=info shows every setting, error hides this line",
                    size, lib, cfg->sparsity, cfg->momentum, (unsigned long long)cfg->warmup_steps,
-                   cfg->buffer_key == DGC_KEY_ORDER ? "order" : "address", cfg->enable ? "" : " DGC_ENABLE=0");
+                   cfg->buffer_key == DGC_KEY_ORDER ? "order" : cfg->buffer_key == DGC_KEY_ADDRESS ? "address" : "auto",
+                   cfg->enable ? "" : " DGC_ENABLE=0");
 }
 
 /* Parses the environment, agrees on it with every rank of MPI_COMM_WORLD and

@@ -154,7 +154,7 @@ mpi_case(stats_ratio -e DGC_STATS=1 -e DGC_VALUE_BITS=16 --grep "STATS +0x[0-9a-
          -- stats)
 # At the default log level one line on rank 0 says the shim is on; none at
 # DGC_LOG_LEVEL=error; a job that compressed something says nothing at exit.
-mpi_case(banner_default --times 1 "rank 0 dgcshim INFO dgcshim active on 4 ranks \\(/.*libdgcshim[-a-z]*[.]so\\): DGC_SPARSITY=0.999 DGC_MOMENTUM=0 DGC_WARMUP_STEPS=0 DGC_BUFFER_KEY=address;"
+mpi_case(banner_default --times 1 "rank 0 dgcshim INFO dgcshim active on 4 ranks \\(/.*libdgcshim[-a-z]*[.]so\\): DGC_SPARSITY=0.999 DGC_MOMENTUM=0 DGC_WARMUP_STEPS=0 DGC_BUFFER_KEY=auto;"
          --times 0 "dgcshim (INFO|WARN) .*nothing was compressed" -- passthrough)
 mpi_case(banner_quiet -e DGC_LOG_LEVEL=error --times 0 "dgcshim active" -- passthrough)
 mpi_case(banner -e DGC_LOG_LEVEL=info --grep "rank 0 dgcshim INFO dgcshim active \\(host engine: (avx512|avx2|generic), built for (Open MPI|MPICH) [0-9.a-z]+, MPI [34]\\.[0-9], (Open MPI|MPICH) ABI\\): DGC_ENABLE=1 DGC_SPARSITY=0.999"
@@ -201,6 +201,11 @@ endif()
 # Lifetime and failure checks compare against fresh fp32 steps bit for bit:
 # 32-bit values on the wire (16-bit rounding is the reference cases' business).
 set(LIFE --check $<TARGET_FILE:lifetime_check> ${EXACT} -e DGC_VALUE_BITS=32)
+# Several persistent buffers of one size, nothing else compressed on the
+# communicator: what addresses cannot tell from one buffer made afresh each
+# step, which DGC_BUFFER_KEY=auto sums densely. These cases are about keying
+# by address, so they say so.
+set(LIFE_ADDRESS ${LIFE} -e DGC_BUFFER_KEY=address)
 # A communicator released by MPI_Comm_disconnect or MPI_Comm_free takes its
 # state with it: a duplicate that gets the same handle starts afresh (with
 # momentum the stale 2-rank payloads once crashed the compensation).
@@ -215,17 +220,17 @@ mpi_case(comm_freed_stats_kept ${LIFE} -e DGC_STATS=1 --grep "STATS 0x[0-9a-f]+<
          -- comm_reuse --free free)
 # Two tensors reduced into one recycled (or shared) output address keep
 # separate residuals.
-mpi_case(recycled_output_address ${LIFE} -- recycled --n 20000)
-mpi_case(shared_output_buffer ${LIFE} -- recycled --n 20000 --shared-out 1)
+mpi_case(recycled_output_address ${LIFE_ADDRESS} -- recycled --n 20000)
+mpi_case(shared_output_buffer ${LIFE_ADDRESS} -- recycled --n 20000 --shared-out 1)
 # A new send buffer for every call: the shim warns once that live states keep
 # growing; 300 persistent buffers over 3 rounds are no such sign.
-mpi_case(growing_states_warned ${LIFE} --times 4 "buffer states live on one communicator"
+mpi_case(growing_states_warned ${LIFE_ADDRESS} --times 4 "buffer states live on one communicator"
          -- growth --n 16384 --buffers 600 --rounds 1 --fresh 1)
 # Sooner when a call has found its state (a second iteration began) and new
 # states still come with most calls: 40 calls suffice.
-mpi_case(growing_states_warned_after_reuse ${LIFE} --times 4 "buffer states live on one communicator"
+mpi_case(growing_states_warned_after_reuse ${LIFE_ADDRESS} --times 4 "buffer states live on one communicator"
          -- growth --n 16384 --buffers 40 --rounds 1 --fresh 2)
-mpi_case(many_persistent_buffers_not_warned ${LIFE} --times 0 "buffer states live on one communicator"
+mpi_case(many_persistent_buffers_not_warned ${LIFE_ADDRESS} --times 0 "buffer states live on one communicator"
          -- growth --n 16384 --buffers 300 --rounds 3)
 # One buffer all-reduced with ever new counts (Horovod's tensor fusion): the
 # shim warns once per rank and names the fix; two counts at one address (a
@@ -235,16 +240,17 @@ mpi_case(fusion_buffer_warned ${LIFE} --times 4 "a fusion buffer that packs diff
 mpi_case(two_counts_one_buffer_not_warned ${LIFE} --times 0 "a fusion buffer"
          -- fusion --n 40000 --buffers 2 --rounds 3)
 # States unused for DGC_STATE_IDLE_CALLS calls are freed: memory stays bounded.
-mpi_case(idle_states_freed ${LIFE} -e DGC_STATE_IDLE_CALLS=10 -e DGC_STATS=1 --asan quarantine_size_mb=0
+mpi_case(idle_states_freed ${LIFE_ADDRESS} -e DGC_STATE_IDLE_CALLS=10 -e DGC_STATS=1 --asan quarantine_size_mb=0
          --grep "memory: [0-9]+ bytes in ([0-9]|1[01]) live states \\(released 6[89]\\)"
          -- idle --n 262144 --buffers 40 --rounds 2 --idle 10)
 # DGC_MAX_STATE_MB with room for one 1M-element state: the other two buffers
 # are summed densely, one warning per rank.
-mpi_case(memory_budget ${LIFE} -e DGC_MAX_STATE_MB=12 --times 4 "would pass DGC_MAX_STATE_MB=12"
+mpi_case(memory_budget ${LIFE_ADDRESS} -e DGC_MAX_STATE_MB=12 --times 4 "would pass DGC_MAX_STATE_MB=12"
          -- budget --n 1048576)
 # Ranks over budget beside ranks that are not: still one decision per call,
 # and nothing lost.
 mpi_case(memory_budget_mixed --check $<TARGET_FILE:lifetime_check> -e DGC_SAMPLE_RATIO=1 -e DGC_SPARSITY=0.99
+         -e DGC_BUFFER_KEY=address
          --split DGC_MAX_STATE_MB=0,4 -- budget --n 300000 --mixed 1)
 # Resident memory during and after warm-up against docs/memory.md's formula.
 mpi_case(memory_formula --check $<TARGET_FILE:lifetime_check> -e DGC_MOMENTUM=0.9 -e DGC_WARMUP_STEPS=8
@@ -266,9 +272,14 @@ mpi_case(fresh_buffers_mixed ${FRESH} -e DGC_BUFFER_KEY=order --grep "pass-throu
          -- fresh --n 60000 --rounds 20 --mixed 1)
 mpi_case(fresh_buffers_mixed_reduce ${FRESH} -e DGC_BUFFER_KEY=order -e DGC_TRANSPORT=reduce
          -- fresh --n 60000 --rounds 20 --mixed 1)
-mpi_case(fresh_buffer_by_address_differs ${FRESH}
+mpi_case(fresh_buffer_by_address_differs ${FRESH} -e DGC_BUFFER_KEY=address
          --times 4 "WARN every compressed all-reduce on this communicator is of 30000 elements, and most calls come"
          --grep "set DGC_BUFFER_KEY=order" -- fresh --n 30000 --rounds 10 --expect-differ 1)
+# By default (auto) the moving communicator's calls are summed densely once
+# the shim has seen them move (from the 8th call: 3 of 10), and it says so.
+mpi_case(fresh_buffer_auto_goes_dense ${FRESH}
+         --times 4 "WARN every compressed all-reduce on this communicator is of 30000 elements, .* summed densely from now on"
+         --grep "summed densely over budget 3," -- fresh --n 30000 --rounds 10 --expect-differ 1)
 mpi_case(buffer_moved_on_one_rank ${LIFE} -e DGC_MOMENTUM=0.9 -- moved)
 mpi_case(buffer_moved_and_back_on_one_rank ${LIFE} -e DGC_MOMENTUM=0.9 -- moved --back 1)
 mpi_case(buffer_moved_and_back_dense ${LIFE} -e DGC_MOMENTUM=0.9 -e DGC_TRANSPORT=dense -- moved --back 1)

@@ -68,7 +68,7 @@ static void spec_defaults(dgc_config *c) {
     c->max_state_mb = 0;
     c->transport = DGC_TRANSPORT_AUTO;
     c->value_bits = 16;
-    c->buffer_key = DGC_KEY_ADDRESS;
+    c->buffer_key = DGC_KEY_AUTO;
 }
 
 static void assert_config_eq(const dgc_config *got, const dgc_config *want, const char *ctx) {
@@ -119,7 +119,7 @@ static const char *const all_names[] = {
 Test(config_table, names_in_enum_order_and_defaults_as_specified) {
     cr_assert_eq(DGC_OPT_COUNT, (int)NNAMES, "the design lists %zu variables", NNAMES);
     static const char *const defaults[] = {"1", "0.999", "0", "0", "0", "1", "0", "16384", "2", "0.01", "warn", "0", "1",
-                                           "1000", "0", "auto", "16", "address", "", "0", ""};
+                                           "1000", "0", "auto", "16", "auto", "", "0", ""};
     for (int i = 0; i < DGC_OPT_COUNT; i++) {
         cr_assert_str_eq(dgc_option_name((dgc_option)i), all_names[i]);
         cr_assert_str_eq(dgc_option_default((dgc_option)i), defaults[i], "%s default", all_names[i]);

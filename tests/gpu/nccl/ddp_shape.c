@@ -107,32 +107,36 @@ static float *dev_pool[POOL], *host_pool[POOL];
 
 static float *slot(float **pool, long step, int b) { return pool[(b + step) % POOL] + (step % 3) * 16; }
 
-static void nccl_bucket(float *x, long n, long step, int b, ncclComm_t comm, cudaStream_t s) {
-    if (!fresh) {
-        NCCL_OK(ncclAllReduce(x, x, (size_t)n, ncclFloat32, ncclSum, comm, s));
-        return;
-    }
+/* Copies bucket b in (to 1) or back out of (to 0) its fresh buffer; nothing
+ * without fresh. Outside any group: a grouped collective is enqueued at
+ * ncclGroupEnd, after whatever the stream got inside the group. */
+static void fresh_copy(float *x, long n, long step, int b, int in, cudaStream_t s) {
+    if (!fresh) return;
     float *y = slot(dev_pool, step, b);
     const size_t bytes = (size_t)n * sizeof(float);
-    CUDA_OK(cudaMemcpyAsync(y, x, bytes, cudaMemcpyDeviceToDevice, s));
+    CUDA_OK(cudaMemcpyAsync(in ? y : x, in ? x : y, bytes, cudaMemcpyDeviceToDevice, s));
+}
+
+static void nccl_bucket(float *x, long n, long step, int b, ncclComm_t comm, cudaStream_t s) {
+    float *y = fresh ? slot(dev_pool, step, b) : x;
     NCCL_OK(ncclAllReduce(y, y, (size_t)n, ncclFloat32, ncclSum, comm, s));
-    CUDA_OK(cudaMemcpyAsync(x, y, bytes, cudaMemcpyDeviceToDevice, s));
 }
 
 /* The calls of one step, on the NCCL path, as DDP issues them. */
 static void nccl_step(float *dev, long step, ncclComm_t comm, cudaStream_t s) {
     const int grouped = rank == group_rank;
-    if (grouped) NCCL_OK(ncclGroupStart());
-    if (step == 0) {
-        nccl_bucket(dev, ALL, step, 0, comm, s);
-    } else {
+    const int nb = step == 0 ? 1 : NBUCKETS;
+    for (int pass = 0; pass < 3; pass++) { /* copy in, all-reduce (grouped or not), copy back */
+        if (pass == 1 && grouped) NCCL_OK(ncclGroupStart());
         long at = 0;
-        for (int b = 0; b < NBUCKETS; b++) {
-            nccl_bucket(dev + at, bucket[b], step, b, comm, s);
-            at += bucket[b];
+        for (int b = 0; b < nb; b++) {
+            const long n = step == 0 ? ALL : bucket[b];
+            if (pass == 1) nccl_bucket(dev + at, n, step, b, comm, s);
+            else fresh_copy(dev + at, n, step, b, pass == 0, s);
+            at += n;
         }
+        if (pass == 1 && grouped) NCCL_OK(ncclGroupEnd());
     }
-    if (grouped) NCCL_OK(ncclGroupEnd());
 }
 
 static void mpi_bucket(float *x, long n, long step, int b) {
