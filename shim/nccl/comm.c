@@ -77,7 +77,7 @@ dgc_comm *dgc_nccl_comm_open(const dgc_nccl_api *api, ncclComm_t comm, int devic
         return NULL;
     }
     if (dgc_config_rank() == -1) dgc_config_set_rank(rank); /* no launcher rank: the first communicator's */
-    dgc_nccl_banner(api);
+    dgc_nccl_banner(api, nranks);
     dgc_nccl_comm *x = calloc(1, sizeof *x);
     unsigned char *votes_host = malloc((size_t)nranks);
     dgc_comm *c = x && votes_host ? dgc_registry_comm_open_owned(nranks, 0, DGC_OWNER_NCCL) : NULL;

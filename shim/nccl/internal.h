@@ -84,7 +84,7 @@ const dgc_nccl_api *dgc_nccl_enter(ncclComm_t comm);
 
 /* The first-use line, once per process, when the first communicator is
  * seen (its rank now known). */
-void dgc_nccl_banner(const dgc_nccl_api *api);
+void dgc_nccl_banner(const dgc_nccl_api *api, int nranks);
 
 /* ---- communicators (nccl/comm.c; their end: nccl/destroy.c) ---- */
 

@@ -61,10 +61,22 @@ static void version_text(int v, char *buf, size_t len) {
     else snprintf(buf, len, "version %d.%d.%d", v / 1000, v / 100 % 10, v % 100);
 }
 
-void dgc_nccl_banner(const dgc_nccl_api *api) {
+/* Every setting at DGC_LOG_LEVEL=info; at the default level one shorter
+ * line on rank 0, so that a DDP job shows the shim is on (as the MPI path
+ * does); nothing at error. */
+void dgc_nccl_banner(const dgc_nccl_api *api, int nranks) {
+    const dgc_config *cfg = dgc_config_current();
+    if (cfg->log_level < DGC_LOG_WARN || (cfg->log_level == DGC_LOG_WARN && dgc_config_rank() != 0)) return;
     if (!dgc_registry_claim(DGC_FLAG_NCCL_BANNER)) return;
     char version[48], line[4096]; /* two paths of up to DGC_TEXT_MAX among the values */
     version_text(api->version, version, sizeof version);
-    dgc_config_describe(dgc_config_current(), line, sizeof line);
-    DGC_INFO("dgcshim NCCL path active: real NCCL from %s (%s): %s", api->object, version, line);
+    if (cfg->log_level >= DGC_LOG_INFO) {
+        dgc_config_describe(cfg, line, sizeof line);
+        DGC_INFO("dgcshim NCCL path active: real NCCL from %s (%s): %s", api->object, version, line);
+        return;
+    }
+    dgc_log_tagged("INFO", "dgcshim NCCL path active on %d ranks (real NCCL from %s, %s): DGC_SPARSITY=%g "
+                           "DGC_MOMENTUM=%g DGC_WARMUP_STEPS=%llu; DGC_LOG_LEVEL=info shows every setting, error "
+                           "hides this line",
+                   nranks, api->object, version, cfg->sparsity, cfg->momentum, (unsigned long long)cfg->warmup_steps);
 }
