@@ -118,6 +118,11 @@ def table(rec):
     lines.append("pass-through calls %d, compressed calls %d, summed densely over budget %d, failed %s; steps with "
                  "a saturated residual %d" % (rec["passthrough_calls"], total["calls"], rec["over_budget"], failed,
                                               rec["saturated"]))
+    # The reasons in the library's order (the file keeps it); files written
+    # before they were counted have none.
+    why = ", ".join("%s %d" % (k, v) for k, v in rec.get("passthrough_by", {}).items() if v)
+    if rec["passthrough_calls"] and why:
+        lines.append("pass-through calls by reason: " + why)
     m = rec["memory"]
     lines.append("memory: %d bytes in %d live states (released %d), peak %d bytes" % (
         m["bytes"], m["live_states"], m["released_states"], m["peak_bytes"]))

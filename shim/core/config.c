@@ -75,14 +75,14 @@ static const option_desc options[DGC_OPT_COUNT] = {
      * (wire_compact.h), 11 significant bits; 32: fp32. */
     [DGC_OPT_VALUE_BITS] = {"DGC_VALUE_BITS", KIND_UINT, "16", 16, 32, 0, 0, "16 or 32", 1, OFF(value_bits),
                             NULL, widths},
+    [DGC_OPT_BUFFER_KEY] = {"DGC_BUFFER_KEY", KIND_CHOICE, "auto", 0, 2, 0, 0, "auto, address or order", 1,
+                            OFF(buffer_key), key_names, NULL},
     [DGC_OPT_STATS_FILE] = {"DGC_STATS_FILE", KIND_TEXT, "", 0, 0, 0, 0, "a path of at most 1023 bytes, empty = none",
                             0, OFF(stats_file)},
     [DGC_OPT_STATS_EVERY] = {"DGC_STATS_EVERY", KIND_UINT, "0", 0, 1e12, 0, 0, "integer in [0, 10^12], 0 = at exit only",
                              0, OFF(stats_every)},
     [DGC_OPT_NCCL_LIBRARY] = {"DGC_NCCL_LIBRARY", KIND_TEXT, "", 0, 0, 0, 0,
                               "a path of at most 1023 bytes, empty = search", 0, OFF(nccl_library)},
-    [DGC_OPT_BUFFER_KEY] = {"DGC_BUFFER_KEY", KIND_CHOICE, "auto", 0, 2, 0, 0, "auto, address or order", 1,
-                            OFF(buffer_key), key_names, NULL},
 };
 
 /* One line each, for `dgcshim config` (docs/configuration.md says more). */
@@ -104,11 +104,11 @@ static const char *const summaries[DGC_OPT_COUNT] = {
     [DGC_OPT_MAX_STATE_MB] = "this rank's memory budget for states, in MiB; 0 = no limit",
     [DGC_OPT_TRANSPORT] = "how the selected pairs travel: per call the fewer bytes, or forced",
     [DGC_OPT_VALUE_BITS] = "bits per value on the wire: 16 (scaled binary16) or 32 (fp32)",
+    [DGC_OPT_BUFFER_KEY] = "what a buffer's residual follows: its address (auto: summed densely where it keeps "
+                           "moving), or its place in the step's calls (fresh buffers every step)",
     [DGC_OPT_STATS_FILE] = "every rank writes JSON lines of its statistics to PATH.RANK (dgcshim report)",
     [DGC_OPT_STATS_EVERY] = "with DGC_STATS_FILE: also write a line every this many compressed calls",
     [DGC_OPT_NCCL_LIBRARY] = "the loaded library that holds the real NCCL, for unusual installs",
-    [DGC_OPT_BUFFER_KEY] = "what a buffer's residual follows: its address (auto: summed densely where it keeps "
-                           "moving), or its place in the step's calls (fresh buffers every step)",
 };
 
 
