@@ -34,7 +34,6 @@ static dgc_registry_totals totals;
 static dgc_report_row *released_rows; /* live is 0 in every one of them */
 static size_t nreleased_rows, released_rows_cap;
 static _Atomic uint64_t passthrough_by[DGC_PASS_REASONS];
-static _Atomic int type_passthrough_said;
 static _Atomic uint64_t passthrough, passthrough_bytes, compressed, over_budget, failed[DGC_FAIL_CAUSES], saturated;
 static int hooks[DGC_HOOK_COUNT] = {-1, -1};
 static void *_Atomic slots[DGC_SLOT_COUNT];
@@ -700,10 +699,6 @@ void dgc_registry_count_passthrough(uint64_t bytes, dgc_pass_reason why) {
 }
 void dgc_registry_note_pass_reason(dgc_pass_reason why) {
     if ((unsigned)why < DGC_PASS_REASONS) atomic_fetch_add_explicit(&passthrough_by[why], 1, memory_order_relaxed);
-}
-int dgc_registry_first_type_passthrough(void) {
-    return !atomic_load_explicit(&type_passthrough_said, memory_order_relaxed) &&
-           !atomic_exchange_explicit(&type_passthrough_said, 1, memory_order_relaxed);
 }
 uint64_t dgc_registry_count_compressed(void) {
     return atomic_fetch_add_explicit(&compressed, 1, memory_order_relaxed) + 1;

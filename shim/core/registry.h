@@ -360,9 +360,6 @@ void dgc_registry_count_passthrough(uint64_t bytes, dgc_pass_reason why);
 /* The reason of a pass-through call alone, for a process without
  * statistics (the exit line when nothing was compressed). */
 void dgc_registry_note_pass_reason(dgc_pass_reason why);
-/* 1 the first time in the process, then 0: a large sum of a type the shim
- * does not compress is said once, whatever the statistics. */
-int dgc_registry_first_type_passthrough(void);
 /* One more compressed call in this process; returns the count so far. */
 uint64_t dgc_registry_count_compressed(void);
 void dgc_registry_count_over_budget(void);
@@ -408,6 +405,7 @@ enum {
     DGC_FLAG_STATS_FILE_OPENED,  /* DGC_STATS_FILE's file was started afresh (truncated) */
     DGC_FLAG_STATS_FILE_FAILED,  /* writing DGC_STATS_FILE failed: logged */
     DGC_FLAG_STATS_FILE_FINAL,   /* the exit line of DGC_STATS_FILE was written */
+    DGC_FLAG_TYPE_PASSTHROUGH_SAID, /* a gradient-sized sum of a type not compressed (float64) was logged */
     DGC_FLAG_COUNT
 };
 int dgc_registry_claim(int which);

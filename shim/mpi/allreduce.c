@@ -25,8 +25,14 @@ static int is_float(MPI_Datatype dt) {
     return PMPI_Type_size(dt, &size) == MPI_SUCCESS && size == 4;
 }
 
-static int is_candidate(const dgc_config *cfg, MPI_Datatype dt, MPI_Op op, MPI_Count count) {
-    return cfg->enable && op == MPI_SUM && count >= 0 && (uint64_t)count >= cfg->min_elements && is_float(dt);
+/* Why a call is no candidate for compression, or -1 when it is one: the
+ * first test it fails, in the order the statistics name them. */
+static int refusal(const dgc_config *cfg, MPI_Datatype dt, MPI_Op op, MPI_Count count) {
+    if (!cfg->enable) return DGC_PASS_DISABLED;
+    if (op != MPI_SUM) return DGC_PASS_OP;
+    if (!is_float(dt)) return DGC_PASS_TYPE;
+    if (count < 0 || (uint64_t)count < cfg->min_elements) return DGC_PASS_SMALL;
+    return -1;
 }
 
 /* Intra-communicator size, or 0 for what is passed through: inter-
@@ -265,26 +271,15 @@ static int compressed(const void *sb, void *rb, uint64_t count, MPI_Comm comm, i
     return rc;
 }
 
-/* Why a call that is_candidate or dgc_policy_compressible turned down
- * passes through: the first of their tests it fails, in their order. */
-static dgc_pass_reason pass_reason(const dgc_config *cfg, MPI_Datatype dt, MPI_Op op, MPI_Count count, int nranks) {
-    if (!cfg->enable) return DGC_PASS_DISABLED;
-    if (op != MPI_SUM) return DGC_PASS_OP;
-    if (!is_float(dt)) return DGC_PASS_TYPE;
-    if (count < 0 || (uint64_t)count < cfg->min_elements) return DGC_PASS_SMALL;
-    /* is_candidate held, so the caller has nranks (intra_size) */
-    if (nranks <= 0 || (uint64_t)nranks < cfg->min_ranks) return DGC_PASS_RANKS;
-    return DGC_PASS_LARGE; /* past DGC_MAX_ELEMENTS */
-}
-
 /* A sum as large as a gradient's, in a type the shim does not compress
  * (numpy's default float64, above all): said once per process, since the
  * job then runs dense with nothing else to show it. Doubles are not
  * compressed through an fp32 state on purpose: a program that sums in
  * double chose the precision, and not every large sum is a gradient. */
-static void warn_type(const dgc_config *cfg, MPI_Datatype dt, MPI_Op op, MPI_Count count) {
-    if (!cfg->enable || op != MPI_SUM || count < 0 || (uint64_t)count < cfg->min_elements || is_float(dt)) return;
-    if (!dgc_registry_first_type_passthrough()) return;
+static void warn_type(const dgc_config *cfg, int refused, MPI_Datatype dt, MPI_Count count) {
+    if (refused != DGC_PASS_TYPE || count < 0 || (uint64_t)count < cfg->min_elements) return;
+    const int said = DGC_FLAG_TYPE_PASSTHROUGH_SAID;
+    if (dgc_registry_flag(said) || !dgc_registry_claim(said)) return; /* a load first: no write on every call */
     char name[MPI_MAX_OBJECT_NAME] = "";
     int len = 0;
     if (PMPI_Type_get_name(dt, name, &len) != MPI_SUCCESS || len == 0) snprintf(name, sizeof name, "a derived type");
@@ -296,22 +291,23 @@ static void warn_type(const dgc_config *cfg, MPI_Datatype dt, MPI_Op op, MPI_Cou
 
 int dgc_mpi_try_compressed(const void *sb, void *rb, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm) {
     const dgc_config *cfg = dgc_config_current();
-    dgc_pass_reason why = DGC_PASS_OTHER;
-    int n = -1;
-    if (is_candidate(cfg, dt, op, count)) {
-        n = intra_size(comm);
+    const int refused = refusal(cfg, dt, op, count);
+    dgc_pass_reason why = (dgc_pass_reason)refused;
+    if (refused < 0) {
+        const int n = intra_size(comm);
         if (dgc_policy_compressible(cfg, (uint64_t)count, n)) {
             int rc = compressed(sb, rb, (uint64_t)count, comm, n, cfg, &why);
             if (rc == MPI_SUCCESS) dgc_registry_tally_add(DGC_TALLY_MPI_COMPRESSED);
             if (rc != DGC_MPI_PASS) return rc;
+        } else { /* what dgc_policy_compressible adds to refusal's tests */
+            why = n <= 0 || (uint64_t)n < cfg->min_ranks ? DGC_PASS_RANKS : DGC_PASS_LARGE;
         }
     }
-    warn_type(cfg, dt, op, count);
+    warn_type(cfg, refused, dt, count);
     /* Every call that goes on to PMPI_Allreduce is counted, also the ones
      * compressed() hands back (a communicator's count table full, a payload
      * too large for one all-gather); without statistics only its reason,
      * for the exit line when nothing was compressed (mpi/comm.c). */
-    if (why == DGC_PASS_OTHER) why = pass_reason(cfg, dt, op, count, n);
     if (dgc_config_counts(cfg)) {
         int size = 0;
         if (PMPI_Type_size(dt, &size) != MPI_SUCCESS || size < 0) size = 0;
