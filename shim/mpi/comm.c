@@ -36,9 +36,6 @@ static int comm_deleted(MPI_Comm comm, int keyval, void *val, void *extra) {
     return MPI_SUCCESS;
 }
 
-/* NCCL communicators are not MPI's to free: their records stay until
- * ncclCommDestroy, and the report printed here (once: the NCCL front end
- * prints it at exit otherwise) shows them as they stand. */
 /* A job in which nothing was compressed says so on rank 0, at the default
  * log level, with the reasons: otherwise it runs dense, as without the
  * shim, and nothing shows it (a double gradient, a buffer under
@@ -56,6 +53,9 @@ static void say_if_nothing_compressed(const dgc_config *cfg) {
         DGC_WARN("nothing was compressed in this job: no MPI_Allreduce reached the shim");
 }
 
+/* NCCL communicators are not MPI's to free: their records stay until
+ * ncclCommDestroy, and the report printed here (once: the NCCL front end
+ * prints it at exit otherwise) shows them as they stand. */
 static void finalizing(void) {
     const dgc_config *cfg = dgc_config_current();
     say_if_nothing_compressed(cfg);
