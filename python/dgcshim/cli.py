@@ -28,6 +28,21 @@ def add_setting_flags(p, table):
         g.add_argument(options.flag_of(o["name"]), **kw)
 
 
+def preloadable_library(family):
+    """The installed library of the MPI family (None: the default), or None after saying in one line why there is
+    none, or why ld.so could not preload it (a space or a colon in its path)."""
+    try:
+        lib = paths.library(family)
+    except paths.NotFound as e:
+        err(str(e))
+        return None
+    problem = paths.preload_problem(lib)
+    if problem:
+        err(problem)
+        return None
+    return lib
+
+
 def cmd_run(argv):
     try:
         table = options.table()
@@ -65,14 +80,8 @@ def cmd_run(argv):
         return 2
     kind, why = launch.launcher(command[0])
     family = {"openmpi": "openmpi", "hydra": "mpich"}.get(kind) or args.mpi
-    try:
-        lib = paths.library(family)
-    except paths.NotFound as e:
-        err(str(e))
-        return 2
-    problem = paths.preload_problem(lib)
-    if problem:
-        err(problem)
+    lib = preloadable_library(family)
+    if lib is None:
         return 2
     preload = lib + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
     names = sorted(k for k in env if k.startswith("DGC_"))
@@ -134,14 +143,8 @@ def cmd_lib(argv):
                    "where installed)")
     p.add_argument("--mpich", dest="mpi", action="store_const", const="mpich", help="the same as --mpi mpich")
     args = p.parse_args(argv)
-    try:
-        lib = paths.library(args.mpi)
-    except paths.NotFound as e:
-        err(str(e))
-        return 2
-    problem = paths.preload_problem(lib)
-    if problem:
-        err(problem)
+    lib = preloadable_library(args.mpi)
+    if lib is None:
         return 2
     print(lib)
     return 0
