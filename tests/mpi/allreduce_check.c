@@ -296,6 +296,10 @@ static void mode_passthrough(const options *o) {
  * call, as MPI's dense sum would: nothing may wait in a residual. At sizes
  * whose threshold comes from a sample (a run of 16 at n = 100, a sampled
  * fraction at 200,000) and from the whole buffer. --n K: that size alone. */
+/* Step s's exact sum at element i over nranks ranks of exact_grad. */
+static float exact_grad(int r, long s, long i) { return (float)((i * 7 + s) % 1000 + r); }
+static float exact_sum(long s, long i) { return (float)(nranks * ((i * 7 + s) % 1000) + nranks * (nranks - 1) / 2); }
+
 static void mode_exact(const options *o) {
     static const long sizes[] = {100, 1000, 20000, 200000};
     const long nsizes = o->n != 40000 ? 1 : (long)(sizeof sizes / sizeof *sizes);
@@ -304,17 +308,15 @@ static void mode_exact(const options *o) {
         float *g = malloc((size_t)n * sizeof *g), *out = malloc((size_t)n * sizeof *out);
         if (!g || !out) fail("no memory");
         for (long s = 0; s < o->steps; s++) {
-            for (long i = 0; i < n; i++) g[i] = (float)((i * 7 + s) % 1000 + rank);
+            for (long i = 0; i < n; i++) g[i] = exact_grad(rank, s, i);
             MPI_Allreduce(g, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
             check_identical(out, n, MPI_COMM_WORLD, "exact");
             long wrong = 0, first = -1;
-            for (long i = 0; i < n; i++) {
-                const float want = (float)(nranks * ((i * 7 + s) % 1000) + nranks * (nranks - 1) / 2);
-                if (out[i] != want && wrong++ == 0) first = i;
-            }
+            for (long i = 0; i < n; i++)
+                if (out[i] != exact_sum(s, i) && wrong++ == 0) first = i;
             if (wrong)
                 fail("n %ld, call %ld: %ld of %ld sums wrong (element %ld is %g, want %g)", n, s, wrong, n, first,
-                     (double)out[first], (double)(nranks * ((first * 7 + s) % 1000) + nranks * (nranks - 1) / 2));
+                     (double)out[first], (double)exact_sum(s, first));
         }
         free(g);
         free(out);

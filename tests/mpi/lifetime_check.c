@@ -52,7 +52,7 @@
 typedef struct {
     long n, buffers, rounds, idle, warmup;
     double sparsity, momentum;
-    int shared_out, mixed, fresh, back;
+    int shared_out, mixed, fresh, back, expect_differ;
     const char *free_how;
 } options;
 
@@ -380,7 +380,7 @@ static void mode_fresh(const options *o) {
             MPI_Allreduce(MPI_IN_PLACE, q, (int)size[b], MPI_FLOAT, MPI_SUM, move);
             check_identical(q, size[b], MPI_COMM_WORLD, "fresh");
             if (memcmp(p, q, (size_t)size[b] * sizeof(float)) == 0) continue;
-            if (!o->back) {
+            if (!o->expect_differ) {
                 long i = 0;
                 while (p[i] == q[i]) i++;
                 fail("step %ld buffer %ld (%ld elements) element %ld: %.9g from a persistent buffer, %.9g from a "
@@ -389,7 +389,7 @@ static void mode_fresh(const options *o) {
             differ++;
         }
     }
-    if (o->back && !differ) fail("the control: fresh and persistent buffers agreed at all %ld calls", calls);
+    if (o->expect_differ && !differ) fail("the control: fresh and persistent buffers agreed at all %ld calls", calls);
     for (long b = 0; b < nb; b++) free(persistent[b]);
     for (long j = 0; j < pool; j++) free(slot[j]);
     free(fresh);
@@ -397,7 +397,7 @@ static void mode_fresh(const options *o) {
     MPI_Comm_free(&move);
     if (rank == 0)
         printf("PASS fresh (%s): %ld calls, %s\n", mixed ? "mixed" : "flat", calls,
-               o->back ? "fresh and persistent differ (control)" : "fresh equal to persistent, bit for bit");
+               o->expect_differ ? "fresh and persistent differ (control)" : "fresh equal to persistent, bit for bit");
 }
 
 static void parse(int argc, char **argv, options *o) {
@@ -415,7 +415,7 @@ static void parse(int argc, char **argv, options *o) {
         else if (!strcmp(k, "--mixed")) o->mixed = atoi(v);
         else if (!strcmp(k, "--fresh")) o->fresh = atoi(v);
         else if (!strcmp(k, "--back")) o->back = atoi(v);
-        else if (!strcmp(k, "--expect-differ")) o->back = atoi(v);
+        else if (!strcmp(k, "--expect-differ")) o->expect_differ = atoi(v);
         else if (!strcmp(k, "--free")) o->free_how = v;
         else fail("unknown option %s", k);
     }
