@@ -44,7 +44,16 @@ typedef struct dgc_config {
     char stats_file[DGC_TEXT_MAX];   /* DGC_STATS_FILE, "" = none */
     char nccl_library[DGC_TEXT_MAX]; /* DGC_NCCL_LIBRARY, "" = find it among the loaded objects */
     int buffer_key;          /* DGC_BUFFER_KEY, a dgc_buffer_key */
+    int topology;            /* DGC_TOPOLOGY, a dgc_topology */
+    uint64_t node_size;      /* DGC_NODE_SIZE, 0 = the nodes MPI reports */
 } dgc_config;
+
+/* How a communicator's ranks exchange (DGC_TOPOLOGY, MPI path). */
+typedef enum {
+    DGC_TOPOLOGY_AUTO = 0, /* node where the communicator spans 2 or more equal nodes of 2 or more ranks, else flat */
+    DGC_TOPOLOGY_FLAT = 1, /* every rank compresses the whole buffer and exchanges with every other */
+    DGC_TOPOLOGY_NODE = 2  /* exact sum inside the node, each local rank's shard compressed across nodes */
+} dgc_topology;
 
 /* What a call's residual state follows (DGC_BUFFER_KEY). */
 typedef enum {
@@ -84,6 +93,8 @@ typedef enum {
     DGC_OPT_TRANSPORT,
     DGC_OPT_VALUE_BITS,
     DGC_OPT_BUFFER_KEY,
+    DGC_OPT_TOPOLOGY,
+    DGC_OPT_NODE_SIZE,
     DGC_OPT_STATS_FILE,
     DGC_OPT_STATS_EVERY,
     DGC_OPT_NCCL_LIBRARY,

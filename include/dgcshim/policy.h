@@ -95,9 +95,27 @@ void dgc_policy_regions(uint64_t n, uint64_t k, unsigned value_bits, int nranks,
 void dgc_policy_bounds_equal(uint64_t n, int nranks, uint32_t *bounds);
 void dgc_policy_bounds_balanced(uint64_t n, int nranks, const uint32_t *sel, uint64_t m, uint32_t *bounds);
 
+/* A communicator's layout (DGC_TOPOLOGY), found once per communicator and
+ * the same on every rank: flat (node 0), or nodes nodes of node_size ranks
+ * each, this rank being local within its node. */
+typedef struct {
+    int node;
+    int nodes, node_size, local;
+} dgc_layout;
+
+/* Shard l of n elements among node_size: [floor(l n / L), floor((l+1) n / L)). */
+void dgc_policy_shard(uint64_t n, int node_size, int l, uint64_t *lo, uint64_t *hi);
+
+/* 1 when a count-element call on a communicator of this layout goes by the
+ * node layout: a node layout, and a count the node's collectives can carry
+ * (int counts and displacements: at most INT_MAX - node_size elements) with every
+ * shard non-empty. Else the call is flat, on every rank alike. */
+int dgc_policy_node_call(const dgc_layout *layout, uint64_t count);
+
 /* One compressed call, as every rank does it: the step's parameters (k,
  * the rules' options, the clamp), the transport, the bytes a rank sends
- * either way and the compact payload's layout. */
+ * either way and the compact payload's layout. In node layout all of these
+ * are the shard's, exchanged among the nodes ranks of this local rank. */
 typedef struct {
     dgc_step_params p;
     dgc_transport transport;   /* DGC_TRANSPORT_SPARSE, _DENSE or _REDUCE (the NCCL path takes _REDUCE as
@@ -105,6 +123,12 @@ typedef struct {
     dgc_transport_bytes bytes; /* bytes.payload: one compact payload */
     dgc_compact_layout code;
     dgc_region_plan regions;   /* _REDUCE's (dgc_policy_regions); zero for the other transports */
+    dgc_layout layout;         /* flat (layout.node 0), or the node layout this call goes by */
+    uint64_t shard_lo, shard_hi; /* the elements of the buffer this rank compresses: all of them when flat */
+    /* Node layout: the bytes one node's card carries in this call, estimated
+     * as node_size times what this rank sends across nodes (every local rank's
+     * shard is as large, to within one element); 0 when flat. */
+    uint64_t card_bytes;
 } dgc_plan;
 
 /* The plan of the call at step on a count-element buffer whose values are
@@ -119,6 +143,14 @@ typedef struct {
  * all): the call passes through. */
 int dgc_policy_plan(const dgc_config *cfg, uint64_t count, unsigned sum_type, uint64_t step, int nranks,
                     dgc_plan *out);
+
+/* The plan of a node-layout call (dgc_policy_node_call) on a count-element
+ * buffer: this rank's shard (layout->local's) at shard_step, the step of
+ * that shard's own count, exchanged among layout->nodes ranks: the shard's
+ * dgc_policy_plan, with the layout, the shard's bounds and card_bytes.
+ * Returns what dgc_policy_plan returns. */
+int dgc_policy_plan_node(const dgc_config *cfg, uint64_t count, unsigned sum_type, uint64_t shard_step,
+                         const dgc_layout *layout, dgc_plan *out);
 
 /* What the calls on a count-element buffer from step on will need, for a
  * state sized once (warm-up densities only fall): *sparse_k, the largest k

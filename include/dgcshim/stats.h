@@ -22,6 +22,13 @@ typedef struct {
     uint64_t reduce_transport; /* of the calls, those that went by the reduce transport (MPI path) */
     uint64_t last_k;         /* the latest call's k: its density is last_k / count */
     dgc_transport last_transport; /* the latest call's: _SPARSE, _DENSE or _REDUCE */
+    /* DGC_TOPOLOGY's node layout (MPI path): the calls that went by it (the
+     * buffer is then this rank's shard), the estimated bytes through one
+     * node's card in them (dgc_plan.card_bytes), and the latest call's
+     * card bytes and layout (nodes x node_size). */
+    uint64_t node_calls;
+    uint64_t card_bytes, last_card_bytes;
+    uint32_t nodes, node_size;
 } dgc_buffer_stats;
 
 /* dense_bytes / wire_bytes, 0 when nothing was sent. */

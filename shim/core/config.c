@@ -40,6 +40,7 @@ typedef struct {
 static const char *const level_names[] = {"error", "warn", "info", "debug", NULL};
 static const char *const transport_names[] = {"auto", "sparse", "dense", "reduce", NULL}; /* dgc_transport order */
 static const char *const key_names[] = {"auto", "address", "order", NULL}; /* dgc_buffer_key order */
+static const char *const topology_names[] = {"auto", "flat", "node", NULL}; /* dgc_topology order */
 static const double widths[] = {16, 32, 0};
 
 static const option_desc options[DGC_OPT_COUNT] = {
@@ -77,6 +78,10 @@ static const option_desc options[DGC_OPT_COUNT] = {
                             NULL, widths},
     [DGC_OPT_BUFFER_KEY] = {"DGC_BUFFER_KEY", KIND_CHOICE, "auto", 0, 2, 0, 0, "auto, address or order", 1,
                             OFF(buffer_key), key_names, NULL},
+    [DGC_OPT_TOPOLOGY] = {"DGC_TOPOLOGY", KIND_CHOICE, "auto", 0, 2, 0, 0, "auto, flat or node", 1, OFF(topology),
+                          topology_names, NULL},
+    [DGC_OPT_NODE_SIZE] = {"DGC_NODE_SIZE", KIND_UINT, "0", 0, 1048576, 0, 0,
+                           "integer in [0, 1048576], 0 = the nodes MPI reports", 1, OFF(node_size)},
     [DGC_OPT_STATS_FILE] = {"DGC_STATS_FILE", KIND_TEXT, "", 0, 0, 0, 0, "a path of at most 1023 bytes, empty = none",
                             0, OFF(stats_file)},
     [DGC_OPT_STATS_EVERY] = {"DGC_STATS_EVERY", KIND_UINT, "0", 0, 1e12, 0, 0, "integer in [0, 10^12], 0 = at exit only",
@@ -106,6 +111,11 @@ static const char *const summaries[DGC_OPT_COUNT] = {
     [DGC_OPT_VALUE_BITS] = "bits per value on the wire: 16 (scaled binary16) or 32 (fp32)",
     [DGC_OPT_BUFFER_KEY] = "what a buffer's residual follows: its address (auto: summed densely where it keeps "
                            "moving), or its place in the step's calls (fresh buffers every step)",
+    [DGC_OPT_TOPOLOGY] = "MPI path: node sums exactly inside each node and compresses each local rank's shard "
+                         "across nodes; flat compresses every rank's whole buffer; auto: node where there are 2+ "
+                         "equal nodes of 2+ ranks",
+    [DGC_OPT_NODE_SIZE] = "ranks per node for DGC_TOPOLOGY: L consecutive ranks form a node; 0 = the nodes MPI "
+                          "reports (MPI_COMM_TYPE_SHARED)",
     [DGC_OPT_STATS_FILE] = "every rank writes JSON lines of its statistics to PATH.RANK (dgcshim report)",
     [DGC_OPT_STATS_EVERY] = "with DGC_STATS_FILE: also write a line every this many compressed calls",
     [DGC_OPT_NCCL_LIBRARY] = "the loaded library that holds the real NCCL, for unusual installs",

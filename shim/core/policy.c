@@ -140,6 +140,10 @@ int dgc_policy_plan(const dgc_config *cfg, uint64_t count, unsigned sum_type, ui
     }
     dgc_compact_layout_for(count, k, value_bits, &out->code);
     out->regions = (dgc_region_plan){0};
+    out->layout = (dgc_layout){.node = 0, .nodes = nranks, .node_size = 1, .local = 0};
+    out->shard_lo = 0;
+    out->shard_hi = count;
+    out->card_bytes = 0;
     if (out->transport == DGC_TRANSPORT_REDUCE) dgc_policy_regions(count, k, value_bits, nranks, &out->regions);
     const int compensated = cfg->compensate && cfg->momentum > 0;
     out->p = (dgc_step_params){
@@ -160,6 +164,41 @@ int dgc_policy_plan(const dgc_config *cfg, uint64_t count, unsigned sum_type, ui
          * the output's type, also with momentum compensation (S_t - m S_{t-1}). */
         .clamp_bits = dgc_policy_value_limit_bits(sum_type, nranks, compensated ? cfg->momentum : 0.0),
     };
+    return 0;
+}
+
+void dgc_policy_shard(uint64_t n, int node_size, int l, uint64_t *lo, uint64_t *hi) {
+    const uint64_t L = node_size < 1 ? 1 : (uint64_t)node_size; /* n < 2^32 and L <= 2^20: no overflow */
+    *lo = n * (uint64_t)l / L;
+    *hi = n * ((uint64_t)l + 1) / L;
+}
+
+int dgc_policy_node_call(const dgc_layout *layout, uint64_t count) {
+    return layout->node && layout->node_size >= 2 && count >= (uint64_t)layout->node_size &&
+           count <= (uint64_t)INT_MAX - (uint64_t)layout->node_size; /* L pieces of a shard within an int */
+}
+
+/* What this rank sends across nodes in the plan's transport, all peers
+ * together (dgc_transport_bytes_for: a ring's N-1 payloads or shares). */
+static uint64_t cross_bytes(const dgc_plan *plan) {
+    if (plan->transport == DGC_TRANSPORT_DENSE) return plan->bytes.dense;
+    if (plan->transport == DGC_TRANSPORT_REDUCE) return plan->bytes.reduce;
+    return plan->bytes.sparse;
+}
+
+int dgc_policy_plan_node(const dgc_config *cfg, uint64_t count, unsigned sum_type, uint64_t shard_step,
+                         const dgc_layout *layout, dgc_plan *out) {
+    /* Whether the call fits is decided on the largest shard, ceil(n / L), so
+     * that every local rank decides alike. */
+    const uint64_t L = (uint64_t)layout->node_size, largest = (count + L - 1) / L;
+    if (dgc_policy_plan(cfg, largest, sum_type, shard_step, layout->nodes, out)) return -1;
+    uint64_t lo, hi;
+    dgc_policy_shard(count, layout->node_size, layout->local, &lo, &hi);
+    dgc_policy_plan(cfg, hi - lo, sum_type, shard_step, layout->nodes, out); /* fits: no larger */
+    out->layout = *layout;
+    out->shard_lo = lo;
+    out->shard_hi = hi;
+    out->card_bytes = (uint64_t)layout->node_size * cross_bytes(out);
     return 0;
 }
 

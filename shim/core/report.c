@@ -58,6 +58,12 @@ void dgc_stats_report(void) {
                    "failed %s; steps with a saturated residual %llu", (unsigned long long)t.passthrough,
                    (unsigned long long)acc.total.calls, (unsigned long long)t.over_budget, failed,
                    (unsigned long long)t.saturated);
+    if (acc.total.node_calls)
+        dgc_log_tagged("STATS", "node layout (DGC_TOPOLOGY): %llu of the compressed calls, %u nodes x %u ranks (rows "
+                       "are this rank's shards); estimated bytes through a node's card: %llu in all, %llu in the "
+                       "latest call", (unsigned long long)acc.total.node_calls, (unsigned)acc.total.nodes,
+                       (unsigned)acc.total.node_size, (unsigned long long)acc.total.card_bytes,
+                       (unsigned long long)acc.total.last_card_bytes);
     if (t.passthrough) {
         char why[256];
         dgc_report_pass_reasons(&t, why, sizeof why);

@@ -24,6 +24,13 @@ void dgc_stats_add(dgc_buffer_stats *a, const dgc_buffer_stats *b) {
     a->engine_seconds += b->engine_seconds;
     a->dense_transport += b->dense_transport;
     a->reduce_transport += b->reduce_transport;
+    a->node_calls += b->node_calls;
+    a->card_bytes += b->card_bytes;
+    if (b->node_calls) { /* the latest layout seen, for the totals' line */
+        a->last_card_bytes = b->last_card_bytes;
+        a->nodes = b->nodes;
+        a->node_size = b->node_size;
+    }
 }
 
 void dgc_stats_label(const void *buf, const void *send, const char *mark, char *out, size_t len) {
@@ -47,7 +54,10 @@ void dgc_stats_row(const char *label, uint64_t count, const dgc_buffer_stats *s,
                      (unsigned long long)(s->calls - s->dense_transport - s->reduce_transport),
                      (unsigned long long)s->dense_transport);
     if (s->reduce_transport && w > 0 && (size_t)w < sizeof transport)
-        snprintf(transport + w, sizeof transport - (size_t)w, "/r%llu", (unsigned long long)s->reduce_transport);
+        w += snprintf(transport + w, sizeof transport - (size_t)w, "/r%llu", (unsigned long long)s->reduce_transport);
+    /* Calls by the node layout: @MxL, the buffer's row then being this rank's shard. */
+    if (s->node_calls && w > 0 && (size_t)w < sizeof transport)
+        snprintf(transport + w, sizeof transport - (size_t)w, "@%ux%u", (unsigned)s->nodes, (unsigned)s->node_size);
     snprintf(buf, len, "%-18s %12llu %8llu %9llu %14llu %12llu %8.1fx %10s %11.3f %15s", label,
              (unsigned long long)count, (unsigned long long)s->calls, (unsigned long long)s->nonfinite,
              (unsigned long long)s->dense_bytes, (unsigned long long)s->wire_bytes, dgc_stats_ratio(s), last,

@@ -44,11 +44,14 @@ static void put(line *l, const char *fmt, ...) {
 static void put_stats(line *l, const dgc_buffer_stats *s) {
     put(l, "\"calls\":%llu,\"nonfinite\":%llu,\"dense_bytes\":%llu,\"wire_bytes\":%llu,\"last_wire_bytes\":%llu,"
            "\"ratio\":%.6g,\"last_ratio\":%.6g,\"engine_seconds\":%.17g,\"dense_transport\":%llu,"
-           "\"reduce_transport\":%llu",
+           "\"reduce_transport\":%llu,\"node_calls\":%llu,\"card_bytes\":%llu,\"last_card_bytes\":%llu,"
+           "\"nodes\":%u,\"node_size\":%u",
         (unsigned long long)s->calls, (unsigned long long)s->nonfinite, (unsigned long long)s->dense_bytes,
         (unsigned long long)s->wire_bytes, (unsigned long long)s->last_wire_bytes, dgc_stats_ratio(s),
         dgc_stats_last_ratio(s), s->engine_seconds, (unsigned long long)s->dense_transport,
-        (unsigned long long)s->reduce_transport);
+        (unsigned long long)s->reduce_transport, (unsigned long long)s->node_calls,
+        (unsigned long long)s->card_bytes, (unsigned long long)s->last_card_bytes, (unsigned)s->nodes,
+        (unsigned)s->node_size);
 }
 
 typedef struct {

@@ -2,6 +2,7 @@
  * comparisons against the installed configuration: no lock, allocation,
  * system call or environment read, since frameworks issue many tiny
  * all-reduces. Everything else is the compressed path. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -228,6 +229,136 @@ static int order_key(dgc_comm *c, uint64_t count, state_key *key) {
     return -1;
 }
 
+/* Node layout (node.c). The steps of every shard's count, in shard order,
+ * on the cross record: what flat calls on the M ranks of one local rank,
+ * one call per shard, would take; *mine gets this rank's shard's. -1, with
+ * nothing taken, when the record's table of counts is full (its tables are
+ * alike on every rank: every rank counts every shard). */
+static void undo_shard_steps(dgc_comm *cc, uint64_t n, const dgc_layout *lay, int upto) {
+    for (int l = upto - 1; l >= 0; l--) {
+        uint64_t lo, hi;
+        dgc_policy_shard(n, lay->node_size, l, &lo, &hi);
+        dgc_registry_undo_step(cc, hi - lo);
+    }
+}
+
+static int shard_steps(dgc_comm *cc, uint64_t n, const dgc_layout *lay, uint64_t *mine) {
+    for (int l = 0; l < lay->node_size; l++) {
+        uint64_t lo, hi, step;
+        dgc_policy_shard(n, lay->node_size, l, &lo, &hi);
+        if (dgc_registry_next_step(cc, hi - lo, &step)) {
+            undo_shard_steps(cc, n, lay, l);
+            return -1;
+        }
+        if (l == lay->local) *mine = step;
+    }
+    return 0;
+}
+
+/* The node's first round, before any data moves: whether its ranks called
+ * with one count, and whether each has the memory to take part. */
+enum { ROUND_COUNT, ROUND_MINUS_COUNT, ROUND_FAILED, ROUND_WORDS };
+
+/* Node layout, after the node's sum: 1 when the sum of some shard in the
+ * node is not finite (some rank's gradient held Inf or NaN, or the sum
+ * overflowed). Every rank of the node then sends a non-finite shard, so that
+ * every cross exchange, and with it every rank of the job, skips the step
+ * whole, as a flat call does: no shard's state changes while the output is
+ * NaN. */
+static int node_nonfinite(const dgc_mpi_node *x, float *sum, uint64_t len, int *rc) {
+    int64_t bad = 0;
+    for (uint64_t i = 0; i < len && !bad; i++) bad = !isfinite(sum[i]);
+    *rc = dgc_mpi_node_agree(x, &bad, 1);
+    if (bad && len) sum[0] = __builtin_nanf("");
+    return bad != 0;
+}
+
+/* The node's last round: the worst result of its ranks' exchanges. Every
+ * node holds one rank of every cross exchange, so every rank of the job
+ * learns the same. */
+static int node_outcome(const dgc_mpi_node *x, int rc) {
+    int64_t worst = rc;
+    if (dgc_mpi_node_agree(x, &worst, 1) != MPI_SUCCESS) return MPI_ERR_OTHER;
+    return (int)worst;
+}
+
+static void count_node_call(dgc_buffer *b, const dgc_plan *plan) {
+    if (!b) return;
+    b->stats.node_calls++;
+    b->stats.card_bytes += plan->card_bytes;
+    b->stats.last_card_bytes = plan->card_bytes;
+    b->stats.nodes = (uint32_t)plan->layout.nodes;
+    b->stats.node_size = (uint32_t)plan->layout.node_size;
+}
+
+/* One call in node layout: the node sums each shard exactly, this rank's
+ * shard goes through the flat exchange among the ranks of its local rank
+ * (cross), and the node gathers the decoded shards. A rank that cannot take
+ * part (memory) says so in the first round; its node then sends flagged
+ * payloads in every cross exchange, so that the call fails on every rank. */
+static int node_call(dgc_mpi_node *x, const state_key *key, const void *sb, void *rb, uint64_t count, MPI_Comm comm,
+                     const dgc_config *cfg, dgc_pass_reason *why) {
+    const dgc_layout *lay = dgc_mpi_node_layout(x);
+    MPI_Comm cross;
+    dgc_comm *cc = dgc_mpi_node_cross(x, &cross);
+    uint64_t step = 0;
+    if (!cc) return dgc_mpi_fail(comm, MPI_ERR_INTERN); /* its record dies with the parent's: cannot happen */
+    if (shard_steps(cc, count, lay, &step)) {
+        if (!cc->table_full_warned++)
+            DGC_WARN("a communicator's node layout has all-reduced %d distinct shard sizes: new counts pass through",
+                     DGC_COUNTS_PER_COMM);
+        *why = DGC_PASS_TABLE;
+        return DGC_MPI_PASS;
+    }
+    dgc_plan plan;
+    if (dgc_policy_plan_node(cfg, count, DGC_SUM_F32, step, lay, &plan)) {
+        undo_shard_steps(cc, count, lay, lay->node_size);
+        *why = DGC_PASS_LARGE;
+        return DGC_MPI_PASS;
+    }
+    const uint64_t len = plan.shard_hi - plan.shard_lo;
+    io_view v;
+    dgc_buffer *b = NULL;
+    int local = DGC_PART_FAILED;
+    if (view_open(&v, sb, rb, count) == 0) {
+        local = find_state(cc, key, &plan, lay->nodes, cfg, &b);
+        if (dgc_mpi_node_reserve(x, count)) {
+            DGC_ERROR("no memory for the node's %llu-element pieces", (unsigned long long)(len * (uint64_t)lay->node_size));
+            local = DGC_PART_FAILED;
+        }
+    } else {
+        DGC_ERROR("no memory for an aligned copy of a misaligned %llu-element buffer", (unsigned long long)count);
+    }
+    int64_t round[ROUND_WORDS] = {(int64_t)count, -(int64_t)count, local == DGC_PART_FAILED};
+    int rc = dgc_mpi_node_agree(x, round, ROUND_WORDS);
+    float *sum = NULL;
+    if (rc == MPI_SUCCESS && round[ROUND_COUNT] != -round[ROUND_MINUS_COUNT]) {
+        DGC_ERROR("the ranks of one node all-reduce different counts (up to %lld and down to %lld elements): the "
+                  "call fails on every rank", (long long)round[ROUND_COUNT], (long long)-round[ROUND_MINUS_COUNT]);
+    }
+    if (rc == MPI_SUCCESS && (round[ROUND_FAILED] || round[ROUND_COUNT] != -round[ROUND_MINUS_COUNT]))
+        local = DGC_PART_FAILED; /* no data moves in this node; its flagged payloads fail the call everywhere */
+    else if (rc == MPI_SUCCESS)
+        rc = dgc_mpi_node_sum(x, v.g, count, &sum);
+    if (rc == MPI_SUCCESS && local != DGC_PART_FAILED) node_nonfinite(x, sum, len, &rc);
+    if (rc != MPI_SUCCESS) { /* MPI's own failure inside the node */
+        view_close(&v, 0);
+        undo_shard_steps(cc, count, lay, lay->node_size);
+        return dgc_mpi_fail(comm, rc);
+    }
+    float *out = v.work ? v.work + plan.shard_lo : NULL; /* NULL: this rank failed, and writes nothing */
+    rc = dgc_mpi_exchange(cc, b, local, sum, out, &plan, cross, cfg);
+    if (rc == MPI_SUCCESS) count_node_call(local == DGC_PART_STATE ? b : NULL, &plan);
+    rc = node_outcome(x, rc);
+    if (rc == MPI_SUCCESS) rc = dgc_mpi_node_spread(x, v.work, count);
+    view_close(&v, rc == MPI_SUCCESS);
+    if (rc != MPI_SUCCESS) {
+        undo_shard_steps(cc, count, lay, lay->node_size);
+        return dgc_mpi_fail(comm, rc);
+    }
+    return MPI_SUCCESS;
+}
+
 /* *why: the reason when it hands the call back (DGC_MPI_PASS). */
 static int compressed(const void *sb, void *rb, uint64_t count, MPI_Comm comm, int nranks, const dgc_config *cfg,
                       dgc_pass_reason *why) {
@@ -248,6 +379,15 @@ static int compressed(const void *sb, void *rb, uint64_t count, MPI_Comm comm, i
         return DGC_MPI_PASS;
     }
     key.dense = moving_dense(c, count, &key, cfg);
+    dgc_mpi_node *x = dgc_mpi_node_of(c);
+    if (x && dgc_policy_node_call(dgc_mpi_node_layout(x), count)) {
+        rc = node_call(x, &key, sb, rb, count, comm, cfg, why);
+        if (rc != MPI_SUCCESS) { /* handed back, or failed on every rank: the step goes back, as below */
+            dgc_registry_undo_step(c, count);
+            if (key.by_order) dgc_registry_order_undo(c);
+        }
+        return rc;
+    }
     dgc_plan plan;
     if (dgc_policy_plan(cfg, count, DGC_SUM_F32, step, nranks, &plan)) { /* too big for one all-gather */
         *why = DGC_PASS_LARGE;

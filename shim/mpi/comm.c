@@ -92,6 +92,10 @@ static int attach(MPI_Comm comm, int nranks, const dgc_config *cfg, int local, d
         return agree;
     }
     if (c) c->check = agree == DGC_AGREE_OK ? DGC_CHECK_PASSED : DGC_CHECK_FAILED;
+    if (agree == DGC_AGREE_OK) { /* every rank has its record here, and finds the layout with the others */
+        dgc_mpi_node *x = dgc_mpi_node_find(comm, nranks, cfg, head_bytes);
+        if (x) dgc_mpi_node_attach(c, x);
+    }
     *out = c;
     return agree;
 }

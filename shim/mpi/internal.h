@@ -89,6 +89,35 @@ int dgc_mpi_reduce(dgc_buffer *b, float *work, const dgc_step_params *p, const d
                    int me, MPI_Comm comm, const unsigned char **keep, char *err, size_t errlen);
 int dgc_mpi_try_compressed(const void *sb, void *rb, MPI_Count count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm);
 
+/* The node layout (node.c, DGC_TOPOLOGY): a communicator's layout and the
+ * sub-communicators that carry it. */
+typedef struct dgc_mpi_node dgc_mpi_node;
+
+/* Finds comm's layout: a collective over comm (every rank calls it at the
+ * same point, after the configuration check). NULL when comm is flat
+ * (said at debug level, with why; at the default level when DGC_TOPOLOGY=node
+ * asked for the node layout), the same on every rank. head(nranks): the
+ * all-gather head of a record of nranks (comm.c's). */
+dgc_mpi_node *dgc_mpi_node_find(MPI_Comm comm, int nranks, const dgc_config *cfg, size_t (*head)(int));
+/* Makes x c's, freed with c's record (its sub-communicators and the cross
+ * record with it); and finds it again (NULL: c is flat). */
+void dgc_mpi_node_attach(dgc_comm *c, dgc_mpi_node *x);
+dgc_mpi_node *dgc_mpi_node_of(const dgc_comm *c);
+const dgc_layout *dgc_mpi_node_layout(const dgc_mpi_node *x);
+/* The record of the cross communicator (the ranks of this local rank, one
+ * per node), which holds this rank's shard states; *cross gets it. */
+dgc_comm *dgc_mpi_node_cross(const dgc_mpi_node *x, MPI_Comm *cross);
+/* Room for an n-element call's pieces: 0, or -1 when memory is short. */
+int dgc_mpi_node_reserve(dgc_mpi_node *x, uint64_t n);
+/* MAX of count int64 words over the node, in place. */
+int dgc_mpi_node_agree(const dgc_mpi_node *x, int64_t *words, int count);
+/* *sum: the node's sum of this rank's shard of g (n elements), added in
+ * local-rank order, in x's scratch (after dgc_mpi_node_reserve). */
+int dgc_mpi_node_sum(dgc_mpi_node *x, const float *g, uint64_t n, float **sum);
+/* Every local rank's decoded shard (in work at its place) to every other:
+ * work then holds the whole sum. */
+int dgc_mpi_node_spread(dgc_mpi_node *x, float *work, uint64_t n);
+
 /* Reads the environment, checks it on MPI_COMM_WORLD and installs it; called
  * once MPI is initialised, by whichever language's MPI_Init ran. */
 void dgc_mpi_setup(void);

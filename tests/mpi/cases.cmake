@@ -335,3 +335,34 @@ mpi_case(threads_on_dup_comms ${FAILS} -e DGC_MOMENTUM=0.9 -e DGC_WARMUP_STEPS=6
 mpi_case(reference_misaligned ${EXACT} -- reference --sparsity 0.99 --misalign 1)
 mpi_case(reference_misaligned_inplace ${EXACT} -e DGC_MOMENTUM=0.9
          -- reference --sparsity 0.99 --momentum 0.9 --compensate 1 --misalign 2 --inplace 1)
+
+# ---- the node layout (DGC_TOPOLOGY=node, node_check and node_spec.sh) ----
+# The spec: node layout on M nodes of L ranks equals flat DGC on M ranks
+# that all-reduce each node's sum shard by shard, bit for bit, every output
+# of every step: two buffers (50,000 elements from a send buffer, 30,001 in
+# place: shards of unequal length), 16- and 32-bit values, warm-up, momentum
+# with compensation, Nesterov, no masking, clipping (whose norm is then a
+# shard's: docs/topology.md), the three transports, 2 x 2, 3 x 2 and 2 x 3.
+function(node_spec name L M)
+  add_test(NAME mpi.node_spec_${name} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/mpi/node_spec.sh ${RUN_CASE} ${L} ${M} ${ARGN})
+  math(EXPR three_jobs "3 * ${DGC_CASE_TIMEOUT}")
+  set_tests_properties(mpi.node_spec_${name} PROPERTIES
+                       ENVIRONMENT "${CASE_ENV};NODE_CHECK=$<TARGET_FILE:node_check>" TIMEOUT ${three_jobs})
+endfunction()
+set(NODE_MOMENTUM -e DGC_MOMENTUM=0.9 -e DGC_WARMUP_STEPS=8 -e DGC_SPARSITY=0.99)
+node_spec(fp16_warmup_momentum 2 2 ${NODE_MOMENTUM} -e DGC_VALUE_BITS=16)
+node_spec(fp32_nesterov_no_masking 2 2 ${NODE_MOMENTUM} -e DGC_VALUE_BITS=32 -e DGC_NESTEROV=1
+          -e DGC_MOMENTUM_MASKING=0)
+node_spec(clipping 2 2 ${NODE_MOMENTUM} -e DGC_CLIP_NORM=5 -e DGC_COMPENSATE=0)
+node_spec(dense_transport 2 2 ${NODE_MOMENTUM} -e DGC_TRANSPORT=dense)
+node_spec(reduce_transport 2 3 ${NODE_MOMENTUM} -e DGC_TRANSPORT=reduce -e DGC_VALUE_BITS=32)
+node_spec(three_nodes 2 3 ${NODE_MOMENTUM} -e DGC_SAMPLE_RATIO=1)
+node_spec(three_ranks_a_node 3 2 ${NODE_MOMENTUM})
+# A NaN on one rank skips the whole call on every rank (every output NaN, no
+# shard's state changed), as flat does; the reference poisons every shard.
+node_spec(nonfinite 2 2 ${NODE_MOMENTUM} -- --nonfinite-step 5 --nonfinite-rank 1 --steps 12)
+# What holds flat holds in node layout: nothing lost (the outputs summed over
+# steps equal the inputs once drained), density 1 exact.
+set(NODE -e DGC_TOPOLOGY=node -e DGC_NODE_SIZE=2)
+mpi_case(node_drain ${NODE} -e DGC_SPARSITY=0.99 -- drain --n 20000 --steps 200 --sparsity 0.99)
+mpi_case(node_density1_exact ${NODE} ${DENSITY1} -- exact --steps 3)

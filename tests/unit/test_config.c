@@ -98,6 +98,8 @@ static void assert_config_eq(const dgc_config *got, const dgc_config *want, cons
     cr_assert_eq(got->transport, want->transport, "%s: transport", ctx);
     cr_assert_eq(got->value_bits, want->value_bits, "%s: value_bits", ctx);
     cr_assert_eq(got->buffer_key, want->buffer_key, "%s: buffer_key", ctx);
+    cr_assert_eq(got->topology, want->topology, "%s: topology", ctx);
+    cr_assert_eq(got->node_size, want->node_size, "%s: node_size", ctx);
     cr_assert_eq(got->stats_every, want->stats_every, "%s: stats_every", ctx);
     cr_assert_str_eq(got->stats_file, want->stats_file, "%s: stats_file", ctx);
     cr_assert_str_eq(got->nccl_library, want->nccl_library, "%s: nccl_library", ctx);
@@ -108,7 +110,7 @@ static const char *const all_names[] = {
     "DGC_NESTEROV",  "DGC_MOMENTUM_MASKING", "DGC_CLIP_NORM",    "DGC_MIN_ELEMENTS",
     "DGC_MIN_RANKS", "DGC_SAMPLE_RATIO",     "DGC_LOG_LEVEL",    "DGC_STATS",
     "DGC_COMPENSATE", "DGC_STATE_IDLE_CALLS", "DGC_MAX_STATE_MB", "DGC_TRANSPORT", "DGC_VALUE_BITS",
-    "DGC_BUFFER_KEY", "DGC_STATS_FILE", "DGC_STATS_EVERY", "DGC_NCCL_LIBRARY",
+    "DGC_BUFFER_KEY", "DGC_TOPOLOGY", "DGC_NODE_SIZE", "DGC_STATS_FILE", "DGC_STATS_EVERY", "DGC_NCCL_LIBRARY",
 };
 #define NNAMES (sizeof all_names / sizeof all_names[0])
 /* The variables that take a number or a name; the last ones take any path. */
@@ -119,7 +121,7 @@ static const char *const all_names[] = {
 Test(config_table, names_in_enum_order_and_defaults_as_specified) {
     cr_assert_eq(DGC_OPT_COUNT, (int)NNAMES, "the design lists %zu variables", NNAMES);
     static const char *const defaults[] = {"1", "0.999", "0", "0", "0", "1", "0", "16384", "2", "0.01", "warn", "0", "1",
-                                           "1000", "0", "auto", "16", "auto", "", "0", ""};
+                                           "1000", "0", "auto", "16", "auto", "auto", "0", "", "0", ""};
     for (int i = 0; i < DGC_OPT_COUNT; i++) {
         cr_assert_str_eq(dgc_option_name((dgc_option)i), all_names[i]);
         cr_assert_str_eq(dgc_option_default((dgc_option)i), defaults[i], "%s default", all_names[i]);
@@ -133,7 +135,7 @@ Test(config_table, wire_changing_options_are_collective) {
     static const dgc_option must[] = {DGC_OPT_ENABLE,       DGC_OPT_SPARSITY,  DGC_OPT_WARMUP_STEPS,
                                       DGC_OPT_MIN_ELEMENTS, DGC_OPT_MIN_RANKS, DGC_OPT_MOMENTUM,
                                       DGC_OPT_COMPENSATE,   DGC_OPT_TRANSPORT, DGC_OPT_VALUE_BITS,
-                                      DGC_OPT_BUFFER_KEY};
+                                      DGC_OPT_BUFFER_KEY,   DGC_OPT_TOPOLOGY,  DGC_OPT_NODE_SIZE};
     for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
         cr_assert(dgc_option_is_collective(must[i]), "%s must be collective", dgc_option_name(must[i]));
     cr_assert(!dgc_option_is_collective(DGC_OPT_LOG_LEVEL), "log level may differ between ranks");
@@ -267,6 +269,7 @@ Test(config_parse, one_good_value_for_each_variable) {
         {"DGC_SAMPLE_RATIO", "0.5"}, {"DGC_LOG_LEVEL", "debug"},   {"DGC_STATS", "1"},
         {"DGC_COMPENSATE", "0"},     {"DGC_STATE_IDLE_CALLS", "50"}, {"DGC_MAX_STATE_MB", "2048"},
         {"DGC_TRANSPORT", "dense"}, {"DGC_VALUE_BITS", "32"},      {"DGC_BUFFER_KEY", "order"},
+        {"DGC_TOPOLOGY", "node"},   {"DGC_NODE_SIZE", "8"},
     };
     dgc_config want;
     spec_defaults(&want);
@@ -295,6 +298,8 @@ Test(config_parse, one_good_value_for_each_variable) {
         case 15: w.transport = DGC_TRANSPORT_DENSE; break;
         case 16: w.value_bits = 32; break;
         case 17: w.buffer_key = DGC_KEY_ORDER; break;
+        case 18: w.topology = DGC_TOPOLOGY_NODE; break;
+        case 19: w.node_size = 8; break;
         }
         assert_config_eq(&cfg, &w, env[i].name);
     }
@@ -306,7 +311,8 @@ Test(config_parse, one_good_value_for_each_variable) {
               cfg.nesterov == 1 && cfg.momentum_masking == 0 && cfg.clip_norm == 2.5 && cfg.min_elements == 1024 &&
               cfg.min_ranks == 4 && cfg.sample_ratio == 0.5 && cfg.log_level == DGC_LOG_DEBUG && cfg.stats == 1 &&
               cfg.compensate == 0 && cfg.state_idle_calls == 50 && cfg.max_state_mb == 2048 &&
-              cfg.transport == DGC_TRANSPORT_DENSE && cfg.value_bits == 32 && cfg.buffer_key == DGC_KEY_ORDER);
+              cfg.transport == DGC_TRANSPORT_DENSE && cfg.value_bits == 32 && cfg.buffer_key == DGC_KEY_ORDER &&
+              cfg.topology == DGC_TOPOLOGY_NODE && cfg.node_size == 8);
 }
 
 Test(config_parse, transport_names) {
@@ -510,6 +516,10 @@ Test(config_parse, out_of_range_rejected) {
         {"DGC_VALUE_BITS", "64", NULL},
         {"DGC_BUFFER_KEY", "position", NULL},
         {"DGC_BUFFER_KEY", "1", NULL},
+        {"DGC_TOPOLOGY", "hierarchical", NULL},
+        {"DGC_TOPOLOGY", "2", NULL},
+        {"DGC_NODE_SIZE", "-1", NULL},
+        {"DGC_NODE_SIZE", "1048577", NULL},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) expect_rejected(bad[i].name, bad[i].value, bad[i].range);
 }
