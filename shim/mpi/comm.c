@@ -115,6 +115,13 @@ int dgc_mpi_lifetime_init(const dgc_config *cfg, int local) {
     return attach(MPI_COMM_WORLD, size, cfg, local, &world);
 }
 
+dgc_comm *dgc_mpi_comm_attached(MPI_Comm comm) {
+    int key = dgc_registry_hook(DGC_HOOK_COMM_KEY), found = 0;
+    void *val = NULL;
+    if (key == MPI_KEYVAL_INVALID || PMPI_Comm_get_attr(comm, key, &val, &found) != MPI_SUCCESS || !found) return NULL;
+    return dgc_registry_comm_find((uint64_t)(uintptr_t)val);
+}
+
 dgc_comm *dgc_mpi_comm(MPI_Comm comm, int nranks, const dgc_config *cfg, int *rc) {
     int key = dgc_registry_hook(DGC_HOOK_COMM_KEY), found = 0;
     void *val = NULL;

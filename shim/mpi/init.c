@@ -66,11 +66,17 @@ static void say_active(const dgc_config *cfg) {
     PMPI_Comm_size(MPI_COMM_WORLD, &size);
     Dl_info self;
     const char *lib = dladdr((void *)say_active, &self) && self.dli_fname ? self.dli_fname : "?";
+    /* MPI_COMM_WORLD's layout, found when it was attached (just before). */
+    const dgc_comm *world = dgc_mpi_comm_attached(MPI_COMM_WORLD);
+    char layout[64];
+    dgc_mpi_node_describe(world ? dgc_mpi_node_of(world) : NULL, layout, sizeof layout);
+    static const char *const topology[] = {"auto", "flat", "node"};
     dgc_log_tagged("INFO", "dgcshim active on %d ranks (%s): DGC_SPARSITY=%g DGC_MOMENTUM=%g DGC_WARMUP_STEPS=%llu "
-                           "DGC_BUFFER_KEY=%s%s; DGC_LOG_LEVEL=info shows every setting, error hides this line",
+                           "DGC_BUFFER_KEY=%s DGC_TOPOLOGY=%s (MPI_COMM_WORLD: %s)%s; DGC_LOG_LEVEL=info shows every "
+                           "setting, error hides this line",
                    size, lib, cfg->sparsity, cfg->momentum, (unsigned long long)cfg->warmup_steps,
                    cfg->buffer_key == DGC_KEY_ORDER ? "order" : cfg->buffer_key == DGC_KEY_ADDRESS ? "address" : "auto",
-                   cfg->enable ? "" : " DGC_ENABLE=0");
+                   topology[cfg->topology], layout, cfg->enable ? "" : " DGC_ENABLE=0");
 }
 
 /* Parses the environment, agrees on it with every rank of MPI_COMM_WORLD and

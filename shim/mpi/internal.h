@@ -55,6 +55,9 @@ int dgc_mpi_lifetime_init(const dgc_config *cfg, int local);
  * short, on every rank alike. */
 dgc_comm *dgc_mpi_comm(MPI_Comm comm, int nranks, const dgc_config *cfg, int *rc);
 
+/* comm's record when it has one already, else NULL: never a collective. */
+dgc_comm *dgc_mpi_comm_attached(MPI_Comm comm);
+
 /* One compressed call, from its plan on. local says how this rank takes
  * part (below); b is its buffer entry when it is DGC_PART_STATE. g is the
  * gradient and work the float-aligned output the sum is built in (g may be
@@ -107,6 +110,8 @@ const dgc_layout *dgc_mpi_node_layout(const dgc_mpi_node *x);
 /* The record of the cross communicator (the ranks of this local rank, one
  * per node), which holds this rank's shard states; *cross gets it. */
 dgc_comm *dgc_mpi_node_cross(const dgc_mpi_node *x, MPI_Comm *cross);
+/* "flat" (x NULL) or "node, M nodes x L ranks", for the start-up line. */
+void dgc_mpi_node_describe(const dgc_mpi_node *x, char *buf, size_t len);
 /* Room for an n-element call's pieces: 0, or -1 when memory is short. */
 int dgc_mpi_node_reserve(dgc_mpi_node *x, uint64_t n);
 /* MAX of count int64 words over the node, in place. */

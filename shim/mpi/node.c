@@ -16,6 +16,7 @@
  * the same one (rule 1). The sub-communicators and the cross record die
  * with the communicator's record (its ext). */
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -208,4 +209,9 @@ int dgc_mpi_node_sum(dgc_mpi_node *x, const float *g, uint64_t n, float **sum) {
 int dgc_mpi_node_spread(dgc_mpi_node *x, float *work, uint64_t n) {
     shard_table(x, n);
     return PMPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, work, x->counts, x->displs, MPI_FLOAT, x->node);
+}
+
+void dgc_mpi_node_describe(const dgc_mpi_node *x, char *buf, size_t len) {
+    if (!x) snprintf(buf, len, "flat");
+    else snprintf(buf, len, "node, %d nodes x %d ranks", x->layout.nodes, x->layout.node_size);
 }

@@ -154,7 +154,7 @@ mpi_case(stats_ratio -e DGC_STATS=1 -e DGC_VALUE_BITS=16 --grep "STATS +0x[0-9a-
          -- stats)
 # At the default log level one line on rank 0 says the shim is on; none at
 # DGC_LOG_LEVEL=error; a job that compressed something says nothing at exit.
-mpi_case(banner_default --times 1 "rank 0 dgcshim INFO dgcshim active on 4 ranks \\(/.*libdgcshim[-a-z]*[.]so\\): DGC_SPARSITY=0.999 DGC_MOMENTUM=0 DGC_WARMUP_STEPS=0 DGC_BUFFER_KEY=auto;"
+mpi_case(banner_default --times 1 "rank 0 dgcshim INFO dgcshim active on 4 ranks \\(/.*libdgcshim[-a-z]*[.]so\\): DGC_SPARSITY=0.999 DGC_MOMENTUM=0 DGC_WARMUP_STEPS=0 DGC_BUFFER_KEY=auto DGC_TOPOLOGY=auto \\(MPI_COMM_WORLD: flat\\);"
          --times 0 "dgcshim (INFO|WARN) .*nothing was compressed" -- passthrough)
 mpi_case(banner_quiet -e DGC_LOG_LEVEL=error --times 0 "dgcshim active" -- passthrough)
 mpi_case(banner -e DGC_LOG_LEVEL=info --grep "rank 0 dgcshim INFO dgcshim active \\(host engine: (avx512|avx2|generic), built for (Open MPI|MPICH) [0-9.a-z]+, MPI [34]\\.[0-9], (Open MPI|MPICH) ABI\\): DGC_ENABLE=1 DGC_SPARSITY=0.999"
@@ -361,8 +361,33 @@ node_spec(three_ranks_a_node 3 2 ${NODE_MOMENTUM})
 # A NaN on one rank skips the whole call on every rank (every output NaN, no
 # shard's state changed), as flat does; the reference poisons every shard.
 node_spec(nonfinite 2 2 ${NODE_MOMENTUM} -- --nonfinite-step 5 --nonfinite-rank 1 --steps 12)
+# A call whose count differs between the ranks of a node fails on every
+# rank, says so, and changes nothing: the calls after it are the reference's
+# (which never made it).
+node_spec(mismatched_count_recovers 2 2 ${NODE_MOMENTUM} -- --mismatch-at 3 --steps 8)
 # What holds flat holds in node layout: nothing lost (the outputs summed over
 # steps equal the inputs once drained), density 1 exact.
 set(NODE -e DGC_TOPOLOGY=node -e DGC_NODE_SIZE=2)
-mpi_case(node_drain ${NODE} -e DGC_SPARSITY=0.99 -- drain --n 20000 --steps 200 --sparsity 0.99)
-mpi_case(node_density1_exact ${NODE} ${DENSITY1} -- exact --steps 3)
+set(NODE_SAID --grep "STATS node layout \\(DGC_TOPOLOGY\\): [0-9]+ of the compressed calls, 2 nodes x 2 ranks")
+# The start-up line names MPI_COMM_WORLD's layout.
+mpi_case(node_banner ${NODE} --times 1 "rank 0 dgcshim INFO dgcshim active on 4 ranks .* DGC_TOPOLOGY=node \\(MPI_COMM_WORLD: node, 2 nodes x 2 ranks\\);"
+         -- passthrough)
+# DGC_TOPOLOGY=node where it cannot hold (4 ranks as one node) stays flat, and says why.
+mpi_case(node_one_node_stays_flat -e DGC_TOPOLOGY=node
+         --times 1 "rank 0 dgcshim WARN DGC_TOPOLOGY=node: a communicator of 4 ranks stays flat: all its ranks are on one node"
+         --grep "MPI_COMM_WORLD: flat" -- passthrough)
+mpi_case(node_drain ${NODE} -e DGC_SPARSITY=0.99 -e DGC_STATS=1 ${NODE_SAID} -- drain --n 20000 --steps 200 --sparsity 0.99)
+mpi_case(node_density1_exact ${NODE} ${DENSITY1} ${NODE_SAID} -- exact --steps 3)
+# A rank without memory for its state fails the call on every rank (its node
+# sends flagged payloads in every cross exchange), and the next call works.
+mpi_case(node_one_rank_out_of_memory ${FAILS} ${NODE} --grep "rank 3 dgcshim ERROR no memory for the state"
+         --times 4 "could not get the memory this call needs" -- nomem --n 8000000 --flat-reference 0)
+# Ranks over their DGC_MAX_STATE_MB beside ranks that are not: their shards
+# are summed densely across nodes, nothing lost, every rank alike.
+mpi_case(node_memory_budget_mixed --check $<TARGET_FILE:lifetime_check> -e DGC_SAMPLE_RATIO=1 -e DGC_SPARSITY=0.99
+         -e DGC_BUFFER_KEY=address ${NODE} --times 2 "would pass DGC_MAX_STATE_MB=2"
+         --split DGC_MAX_STATE_MB=0,2 -- budget --n 300000 --mixed 1)
+# Communicators made and freed 300 times with their node layouts: the
+# sub-communicators and the cross records go with them.
+mpi_case(node_comm_churn ${LIFE} ${NODE} -e DGC_STATS=1 --grep "memory: [0-9]+ bytes in 0 live states \\(released 300\\)"
+         -- churn --n 20000 --rounds 300)

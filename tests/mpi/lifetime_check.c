@@ -35,6 +35,9 @@
  *       fresh allocation at step 3 (--back: and back at step 4): every
  *       rank's output stays the same bytes at every step
  *
+ *   lifetime_check churn --n N --rounds R
+ *       R rounds of MPI_Comm_dup, one compressed call, MPI_Comm_free: the
+ *       handles MPI gives out must not climb (communicators left behind)
  *   lifetime_check fresh [--mixed 1] [--rounds S] [--expect-differ 1]
  *       fresh buffers at moving addresses every step against persistent
  *       ones, on two communicators: the same outputs bit for bit (or, the
@@ -400,6 +403,34 @@ static void mode_fresh(const options *o) {
                o->expect_differ ? "fresh and persistent differ (control)" : "fresh equal to persistent, bit for bit");
 }
 
+/* ---- communicators made and freed, round after round ----
+ * Each round duplicates MPI_COMM_WORLD, compresses on the duplicate (whose
+ * record, layout and sub-communicators are made then) and frees it. MPI
+ * hands the handle's slot out again when nothing else holds one: a slot
+ * that keeps climbing is communicators left behind (the shim's own). */
+static void mode_churn(const options *o) {
+    long n = o->n;
+    float *g = malloc((size_t)n * sizeof *g), *out = malloc((size_t)n * sizeof *out);
+    MPI_Fint first = 0, highest = 0;
+    for (long r = 0; r < o->rounds; r++) {
+        MPI_Comm dup;
+        MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+        MPI_Fint slot = MPI_Comm_c2f(dup);
+        if (r == 10) first = slot; /* after the first rounds' one-time allocations */
+        if (slot > highest) highest = slot;
+        fill_grad(g, rank, r, n);
+        MPI_Allreduce(g, out, (int)n, MPI_FLOAT, MPI_SUM, dup);
+        check_identical(out, n, MPI_COMM_WORLD, "churn");
+        MPI_Comm_free(&dup);
+    }
+    if (o->rounds > 20 && highest > first + 8)
+        fail("communicator handles climbed from slot %d to %d over %ld rounds: communicators left behind", (int)first,
+             (int)highest, o->rounds);
+    free(g);
+    free(out);
+    if (rank == 0) printf("PASS churn: %ld rounds, handle slots %d..%d\n", o->rounds, (int)first, (int)highest);
+}
+
 static void parse(int argc, char **argv, options *o) {
     *o = (options){.n = 40000, .buffers = 100, .rounds = 3, .idle = 10, .sparsity = 0.99, .free_how = "free"};
     for (int i = 2; i + 1 < argc; i += 2) {
@@ -435,6 +466,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "fusion")) mode_fusion(&o);
     else if (!strcmp(mode, "moved")) mode_moved(&o);
     else if (!strcmp(mode, "fresh")) mode_fresh(&o);
+    else if (!strcmp(mode, "churn")) mode_churn(&o);
     else fail("unknown mode '%s'", mode);
     MPI_Finalize();
     return 0;

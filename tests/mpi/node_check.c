@@ -13,6 +13,9 @@
  * at step S. In node layout the whole call is skipped (every output NaN, no
  * state changed); the reference gets a NaN in every shard of that node's
  * sum, which skips every shard's call alike.
+ * --mismatch-at S: at step S every rank all-reduces its first buffer with
+ * a count of its own (n + 8 r), an erroneous call that must fail on every
+ * rank and change nothing: the reference skips it.
  * It knows nothing of the shim: an ordinary MPI program. */
 #include <math.h>
 #include <stdio.h>
@@ -29,6 +32,7 @@ typedef struct {
     int node_size;
     long nonfinite_step;
     int nonfinite_rank;
+    long mismatch_at;
     const char *out;
 } options;
 
@@ -52,12 +56,27 @@ static void write_floats(FILE *f, const float *v, long n) {
     if (f && fwrite(v, sizeof *v, (size_t)n, f) != (size_t)n) fail("short write");
 }
 
+/* The erroneous call of --mismatch-at: every rank must see it fail. */
+static void mismatched_call(float *g, float *out, long n) {
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int rc = MPI_Allreduce(g, out, (int)(n + 8 * rank), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    int failed = rc != MPI_SUCCESS, all = 0;
+    MPI_Allreduce(&failed, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all) fail("a call whose count differs between ranks did not fail on every rank (here: %d)", rc);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+}
+
 static void mode_node(const options *o) {
     FILE *f = open_out(o);
     float *g[BUFFERS], *out[BUFFERS];
-    for (int j = 0; j < BUFFERS; j++) g[j] = alloc_floats(o->n[j]), out[j] = alloc_floats(o->n[j]);
+    for (int j = 0; j < BUFFERS; j++) g[j] = alloc_floats(o->n[j] + 8L * nranks), out[j] = alloc_floats(o->n[j] + 8L * nranks);
     for (long s = 0; s < o->steps; s++) {
         for (int j = 0; j < BUFFERS; j++) {
+            if (s == o->mismatch_at && j == 0) {
+                gradient(g[j], rank, s, j, o->n[j] + 8L * rank);
+                mismatched_call(g[j], out[j], o->n[j]);
+                continue;
+            }
             gradient(g[j], rank, s, j, o->n[j]);
             if (s == o->nonfinite_step && j == 0 && rank == o->nonfinite_rank) g[j][o->n[j] - 1] = NAN;
             if (j == 1) { /* the second buffer in place */
@@ -101,6 +120,7 @@ static void mode_reference(const options *o) {
                 gradient(g, rank * L + l, s, j, n);
                 for (long i = 0; i < n; i++) sum[i] += g[i];
             }
+            if (s == o->mismatch_at && j == 0) continue; /* failed on every rank, changing nothing */
             const int poisoned = s == o->nonfinite_step && j == 0 && rank == o->nonfinite_rank / L;
             for (int t = 0; t < L; t++) {
                 long lo = n * t / L, len = n * (t + 1) / L - lo;
@@ -146,7 +166,7 @@ int main(int argc, char **argv) {
         MPI_Finalize();
         return 0;
     }
-    options o = {{50000, 30001}, 20, 2, -1, 1, NULL};
+    options o = {{50000, 30001}, 20, 2, -1, 1, -1, NULL};
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--n")) o.n[0] = atol(argv[i + 1]);
         else if (!strcmp(argv[i], "--n2")) o.n[1] = atol(argv[i + 1]);
@@ -154,6 +174,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--node-size")) o.node_size = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--nonfinite-step")) o.nonfinite_step = atol(argv[i + 1]);
         else if (!strcmp(argv[i], "--nonfinite-rank")) o.nonfinite_rank = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--mismatch-at")) o.mismatch_at = atol(argv[i + 1]);
         else if (!strcmp(argv[i], "--out")) o.out = argv[i + 1];
         else fail("unknown option %s", argv[i]);
     }
