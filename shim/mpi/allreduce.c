@@ -2,7 +2,6 @@
  * comparisons against the installed configuration: no lock, allocation,
  * system call or environment read, since frameworks issue many tiny
  * all-reduces. Everything else is the compressed path. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -265,9 +264,8 @@ enum { ROUND_COUNT, ROUND_MINUS_COUNT, ROUND_FAILED, ROUND_WORDS };
  * every cross exchange, and with it every rank of the job, skips the step
  * whole, as a flat call does: no shard's state changes while the output is
  * NaN. */
-static int node_nonfinite(const dgc_mpi_node *x, float *sum, uint64_t len, int *rc) {
-    int64_t bad = 0;
-    for (uint64_t i = 0; i < len && !bad; i++) bad = !isfinite(sum[i]);
+static int node_nonfinite(const dgc_mpi_node *x, int mine, float *sum, uint64_t len, int *rc) {
+    int64_t bad = mine;
     *rc = dgc_mpi_node_agree(x, &bad, 1);
     if (bad && len) sum[0] = __builtin_nanf("");
     return bad != 0;
@@ -332,6 +330,7 @@ static int node_call(dgc_mpi_node *x, const state_key *key, const void *sb, void
     int64_t round[ROUND_WORDS] = {(int64_t)count, -(int64_t)count, local == DGC_PART_FAILED};
     int rc = dgc_mpi_node_agree(x, round, ROUND_WORDS);
     float *sum = NULL;
+    int nonfinite = 0;
     if (rc == MPI_SUCCESS && round[ROUND_COUNT] != -round[ROUND_MINUS_COUNT]) {
         DGC_ERROR("the ranks of one node all-reduce different counts (up to %lld and down to %lld elements): the "
                   "call fails on every rank", (long long)round[ROUND_COUNT], (long long)-round[ROUND_MINUS_COUNT]);
@@ -339,8 +338,8 @@ static int node_call(dgc_mpi_node *x, const state_key *key, const void *sb, void
     if (rc == MPI_SUCCESS && (round[ROUND_FAILED] || round[ROUND_COUNT] != -round[ROUND_MINUS_COUNT]))
         local = DGC_PART_FAILED; /* no data moves in this node; its flagged payloads fail the call everywhere */
     else if (rc == MPI_SUCCESS)
-        rc = dgc_mpi_node_sum(x, v.g, count, &sum);
-    if (rc == MPI_SUCCESS && local != DGC_PART_FAILED) node_nonfinite(x, sum, len, &rc);
+        rc = dgc_mpi_node_sum(x, v.g, count, &sum, &nonfinite);
+    if (rc == MPI_SUCCESS && local != DGC_PART_FAILED) node_nonfinite(x, nonfinite, sum, len, &rc);
     if (rc != MPI_SUCCESS) { /* MPI's own failure inside the node */
         view_close(&v, 0);
         undo_shard_steps(cc, count, lay, lay->node_size);

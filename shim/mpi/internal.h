@@ -117,8 +117,9 @@ int dgc_mpi_node_reserve(dgc_mpi_node *x, uint64_t n);
 /* MAX of count int64 words over the node, in place. */
 int dgc_mpi_node_agree(const dgc_mpi_node *x, int64_t *words, int count);
 /* *sum: the node's sum of this rank's shard of g (n elements), added in
- * local-rank order, in x's scratch (after dgc_mpi_node_reserve). */
-int dgc_mpi_node_sum(dgc_mpi_node *x, const float *g, uint64_t n, float **sum);
+ * local-rank order, in x's scratch (after dgc_mpi_node_reserve);
+ * *nonfinite: whether it holds Inf or NaN. */
+int dgc_mpi_node_sum(dgc_mpi_node *x, const float *g, uint64_t n, float **sum, int *nonfinite);
 /* Every local rank's decoded shard (in work at its place) to every other:
  * work then holds the whole sum. */
 int dgc_mpi_node_spread(dgc_mpi_node *x, float *work, uint64_t n);

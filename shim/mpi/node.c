@@ -16,6 +16,7 @@
  * the same one (rule 1). The sub-communicators and the cross record die
  * with the communicator's record (its ext). */
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,10 +189,24 @@ static void shard_table(dgc_mpi_node *x, uint64_t n) {
     }
 }
 
+/* 1 when some float of v[0, len) is Inf or NaN: all exponent bits set. An
+ * integer OR over the bits, which the compiler vectorises (a float test with
+ * an early exit it would not). */
+static int any_nonfinite(const float *v, size_t len) {
+    const uint32_t exp = 0x7f800000u;
+    uint32_t bad = 0;
+    for (size_t i = 0; i < len; i++) {
+        uint32_t b;
+        memcpy(&b, &v[i], sizeof b); /* a plain load once compiled */
+        bad |= (uint32_t)((b & exp) == exp);
+    }
+    return bad != 0;
+}
+
 /* Each local rank gets shard l of every local rank's g (an all-to-all), and
  * adds them in local-rank order into the first piece: ((g_0 + g_1) + g_2)
  * ..., the same bits whatever MPI's reduction would do. */
-int dgc_mpi_node_sum(dgc_mpi_node *x, const float *g, uint64_t n, float **sum) {
+int dgc_mpi_node_sum(dgc_mpi_node *x, const float *g, uint64_t n, float **sum, int *nonfinite) {
     shard_table(x, n);
     int rc = PMPI_Alltoallv(g, x->counts, x->displs, MPI_FLOAT, x->scratch, x->rcounts, x->rdispls, MPI_FLOAT,
                             x->node);
@@ -202,6 +217,7 @@ int dgc_mpi_node_sum(dgc_mpi_node *x, const float *g, uint64_t n, float **sum) {
         const float *piece = x->scratch + (size_t)l * len;
         for (size_t i = 0; i < len; i++) s[i] += piece[i];
     }
+    *nonfinite = any_nonfinite(s, len);
     *sum = s;
     return MPI_SUCCESS;
 }
