@@ -6,8 +6,8 @@
  * each phase's time per call, the slowest rank's mean over the timed calls
  * (after one untimed call), on rank 0.
  *
- *   mpicc -O2 -o /tmp/intranode_bench bench/netns/intranode_bench.c
- *   bench/netns/run.sh --ppn 2 4 -- /tmp/intranode_bench [n floats, 8388608] [calls, 5]
+ *   cmake --build build --target intranode_bench
+ *   bench/netns/run.sh --ppn 2 4 -- $PWD/build/bench/intranode_bench [n floats, 8388608] [calls, 5]
  *
  * On the emulated cluster the ranks of one host talk TCP over its lo (run.sh's
  * default btl tcp,self), or shared memory with NETNS_BTL=tcp,vader,self. */
