@@ -40,7 +40,7 @@ struct dgc_mpi_node {
 static void node_free(void *p) {
     dgc_mpi_node *x = p;
     if (!x) return;
-    dgc_registry_comm_close(x->cross_id); /* already gone at MPI_Finalize's clear: ignored then */
+    if (x->cross_id) dgc_registry_comm_close(x->cross_id); /* already gone after MPI_Finalize's clear: ignored */
     if (x->node != MPI_COMM_NULL) PMPI_Comm_free(&x->node);
     if (x->cross != MPI_COMM_NULL) PMPI_Comm_free(&x->cross);
     dgc_pages_free(x->scratch, x->scratch_bytes);
@@ -75,12 +75,11 @@ static int agree(MPI_Comm comm, int mine_l, int failed, int out[AGREE_WORDS]) {
     return PMPI_Allreduce(in, out, AGREE_WORDS, MPI_INT, MPI_MAX, comm);
 }
 
-/* The cross communicator, its record, and the tables of the node's
+/* The cross communicator (a collective over comm: every rank makes it, also
+ * one short of memory), its record, and the tables of the node's
  * collectives: 0, or -1 when this rank could not make them. */
-static int make_cross(MPI_Comm comm, dgc_mpi_node *x, size_t head) {
-    int leader = 0, rank = 0, cross_rank = 0;
-    PMPI_Comm_rank(comm, &rank);
-    leader = rank; /* the node's lowest rank orders the nodes in cross */
+static int make_cross(MPI_Comm comm, int rank, dgc_mpi_node *x, size_t head) {
+    int leader = rank, cross_rank = 0; /* the node's lowest rank orders the nodes in cross */
     if (PMPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, x->node) != MPI_SUCCESS) return -1;
     if (PMPI_Comm_split(comm, x->layout.local, leader, &x->cross) != MPI_SUCCESS) return -1;
     PMPI_Comm_set_errhandler(x->cross, MPI_ERRORS_RETURN);
@@ -100,36 +99,41 @@ static int make_cross(MPI_Comm comm, dgc_mpi_node *x, size_t head) {
     return 0;
 }
 
+/* Why comm stays flat, from every rank's node size (v, agreed), or NULL. */
+static const char *flat_reason(const int v[AGREE_WORDS], int nranks) {
+    if (v[AGREE_FAILED]) return "a rank could not split it into nodes";
+    if (v[AGREE_L] != -v[AGREE_MINUS_L]) return "its nodes have different numbers of ranks";
+    if (v[AGREE_L] < 2) return "one rank per node";
+    if (v[AGREE_L] == nranks) return "all its ranks are on one node";
+    return NULL;
+}
+
 dgc_mpi_node *dgc_mpi_node_find(MPI_Comm comm, int nranks, const dgc_config *cfg, size_t (*head)(int)) {
-    int rank = 0, mine = 0, local = 0, failed = 0;
-    PMPI_Comm_rank(comm, &rank);
     if (cfg->topology == DGC_TOPOLOGY_FLAT || !cfg->enable) return NULL; /* nothing to ask: alike everywhere */
-    dgc_mpi_node *x = calloc(1, sizeof *x);
+    int rank = 0, mine = 0, local = 0, v[AGREE_WORDS] = {0};
+    PMPI_Comm_rank(comm, &rank);
     MPI_Comm node = MPI_COMM_NULL;
-    if (!x || split_node(comm, rank, cfg, &node) != MPI_SUCCESS) failed = 1;
+    int failed = split_node(comm, rank, cfg, &node) != MPI_SUCCESS; /* every rank splits, memory or not */
     if (!failed) {
         PMPI_Comm_size(node, &mine);
         PMPI_Comm_rank(node, &local);
     }
-    int v[AGREE_WORDS] = {0};
-    const char *why = NULL;
-    if (agree(comm, mine, failed, v) != MPI_SUCCESS || v[AGREE_FAILED]) why = "a rank could not split it into nodes";
-    else if (v[AGREE_L] != -v[AGREE_MINUS_L]) why = "its nodes have different numbers of ranks";
-    else if (v[AGREE_L] < 2) why = "one rank per node";
-    else if (v[AGREE_L] == nranks) why = "all its ranks are on one node";
-    if (!why) {
-        x->node = node;
-        x->cross = MPI_COMM_NULL;
-        x->layout = (dgc_layout){.node = 1, .nodes = nranks / mine, .node_size = mine, .local = local};
-        failed = make_cross(comm, x, head(x->layout.nodes)) != 0;
-        if (agree(comm, mine, failed, v) != MPI_SUCCESS || v[AGREE_FAILED]) why = "a rank had no memory for it";
-        node = MPI_COMM_NULL; /* x owns it now */
-    }
+    dgc_mpi_node *x = calloc(1, sizeof *x);
+    failed |= !x;
+    const char *why = agree(comm, mine, failed, v) != MPI_SUCCESS ? "its check failed" : flat_reason(v, nranks);
     if (why) {
         if (node != MPI_COMM_NULL) PMPI_Comm_free(&node);
-        if (x && x->node != MPI_COMM_NULL && x->layout.node) node_free(x);
-        else free(x);
+        free(x);
         say_flat(rank, cfg, nranks, why);
+        return NULL;
+    }
+    x->node = node; /* x owns it from here */
+    x->cross = MPI_COMM_NULL;
+    x->layout = (dgc_layout){.node = 1, .nodes = nranks / mine, .node_size = mine, .local = local};
+    failed = make_cross(comm, rank, x, head(x->layout.nodes)) != 0;
+    if (agree(comm, mine, failed, v) != MPI_SUCCESS || v[AGREE_FAILED]) {
+        node_free(x);
+        say_flat(rank, cfg, nranks, "a rank had no memory for its sub-communicators");
         return NULL;
     }
     if (rank == 0)
