@@ -386,7 +386,7 @@ mpi_case(node_one_rank_out_of_memory ${FAILS} ${NODE} --grep "rank 3 dgcshim ERR
 # are summed densely across nodes, nothing lost, every rank alike.
 mpi_case(node_memory_budget_mixed --check $<TARGET_FILE:lifetime_check> -e DGC_SAMPLE_RATIO=1 -e DGC_SPARSITY=0.99
          -e DGC_BUFFER_KEY=address ${NODE} --times 2 "would pass DGC_MAX_STATE_MB=2"
-         --split DGC_MAX_STATE_MB=0,2 -- budget --n 150000 --mixed 1)
+         --split DGC_MAX_STATE_MB=0,2 -- budget --n 120000 --mixed 1)
 # Communicators made and freed 300 times with their node layouts (60 under
 # MPICH, whose polling ranks make each round's dozen collectives slow on 2
 # cores; a communicator left behind shows within 20): the sub-communicators
