@@ -296,8 +296,9 @@ def check_gpu(d, infos):
     gpu_libs = [info for _, info in infos.values() if info.get("nccl_front_end")]
     v = driver_version()
     if v is None:
-        d.say("GPU", NO, "no GPU driver (libcuda.so.1 does not load): no GPU here, so the NCCL path cannot run; "
-              "the MPI path is unaffected", ("ddp",))
+        mpi = any(family != "nccl" for family in infos)
+        d.say("GPU", NO, "no GPU driver (libcuda.so.1 does not load): no GPU here, so the NCCL path cannot run%s" % (
+            "; the MPI path is unaffected" if mpi or not infos else ""), ("ddp",))
         return
     have = "%d.%d" % (v // 1000, v % 1000 // 10)
     if not gpu_libs:

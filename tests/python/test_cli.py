@@ -345,6 +345,7 @@ class NcclOnly(unittest.TestCase):
         self.assertIn("front ends: NCCL only (built without MPI)", lib["message"])
         self.assertEqual([c["status"] for c in by["MPI front end"]], ["NO"])
         self.assertNotIn("MPI family", by)  # nothing for mpirun to agree with
+        self.assertNotIn("MPI path", by["GPU"][0]["message"])
         r = sh([DGCSHIM, "doctor", "--for", "mpi"], env=self.env(), check=False)
         self.assertEqual(r.returncode, 1)
         self.assertIn("mpi: cannot work here (the NO lines above: MPI front end)", r.stdout)
