@@ -52,6 +52,6 @@ if(DGC_WITH_CUDA)
   endfunction()
   message(STATUS "dgcshim: GPU path on (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, nccl.h in ${DGC_NCCL_INCLUDE_DIR}, "
                  "architectures ${CMAKE_CUDA_ARCHITECTURES})")
-else()
+elseif(DGC_WITH_MPI)
   message(STATUS "dgcshim: GPU path off (DGC_CUDA=${DGC_CUDA}; nvcc or nccl.h not found): MPI path only")
 endif()

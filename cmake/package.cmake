@@ -5,8 +5,15 @@
 # here (mpicc.mpich), a second build of the same sources makes
 # libdgcshim-mpich.so beside it (MPI path only); `dgcshim run` preloads the
 # one the launcher's family needs. DGC_PACKAGE_MPICH=OFF leaves it out.
+# Without MPI the package has libdgcshim-nccl.so alone.
 install(TARGETS dgcshim LIBRARY DESTINATION dgcshim/lib)
 install(TARGETS dgcshim-options RUNTIME DESTINATION dgcshim/bin)
+if(NOT DGC_WITH_MPI)
+  # Where CMake finds no MPI (a GPU machine with PyTorch alone): the package
+  # carries the NCCL front end alone, and `dgcshim doctor` says so.
+  message(STATUS "dgcshim: the package carries lib${DGC_LIBRARY_NAME}.so, the NCCL front end alone (no MPI "
+                 "front end: MPI_Allreduce is not compressed; install MPI's development files and reinstall for it)")
+endif()
 
 find_program(DGC_MPICC_MPICH mpicc.mpich)
 set(want_mpich OFF)

@@ -8,6 +8,8 @@
 # (.venv/horovod-tf, scripts/deps.sh horovod-tf; DGC_TEST_HOROVOD=0 leaves it
 # out, and its test says so by name). Needs the optimised CMake build in
 # build/ (mlp_trainer, libdgcshim.so: the LD_PRELOAD form to compare with).
+# Where scripts/test.sh's NCCL-only phase left build-nompi/libdgcshim-nccl.so
+# (or DGC_TEST_NCCL_ONLY names one), the command is tried on it too.
 #
 #   scripts/test-python.sh [unittest args, e.g. -k report]
 set -euo pipefail
@@ -27,4 +29,6 @@ rm -rf build/py-wheel
 "$venv/bin/pip" wheel -q --disable-pip-version-check --no-deps -w build/py-wheel .
 ls build/py-wheel/dgcshim-*.whl
 echo "== tests/python/test_cli.py =="
-DGC_TEST_VENV=$PWD/$venv DGC_TEST_BUILD=$PWD/build "$venv/bin/python" -m unittest -v tests/python/test_cli.py "$@"
+nccl_only=${DGC_TEST_NCCL_ONLY:-$PWD/build-nompi/libdgcshim-nccl.so}
+DGC_TEST_VENV=$PWD/$venv DGC_TEST_BUILD=$PWD/build DGC_TEST_NCCL_ONLY=$nccl_only \
+  "$venv/bin/python" -m unittest -v tests/python/test_cli.py "$@"

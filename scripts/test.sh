@@ -5,7 +5,9 @@
 # both builds; builds both again for MPICH (libdgcshim-mpich.so, the MPICH
 # family's ABI) and runs the MPI suite (mpi.*, shim.*, netns.*) under mpiexec.mpich,
 # then checks that both MPIs give the same bits (tests/mpi/same_bits.sh;
-# DGC_TEST_MPICH=0 leaves MPICH out, said by name); then the Python package
+# DGC_TEST_MPICH=0 leaves MPICH out, said by name); then the NCCL front end
+# alone with MPI hidden from CMake (libdgcshim-nccl.so, its unit.* and
+# shim.* tests; skipped, by name, without nvcc); then the Python package
 # (scripts/test-python.sh: a venv, pip install ., the dgcshim command against
 # real mpirun jobs and a TensorFlow-only Horovod; DGC_TEST_PYTHON=0 leaves it
 # out); then the two libFuzzer
@@ -63,6 +65,24 @@ else
   phase "MPICH sanitizer build (ASan + UBSan)" \
     run build-mpich-san -DCMAKE_BUILD_TYPE=Debug -DDGC_SANITIZE=ON "${mpich[@]}" -- -R '^(mpi|shim|netns)[.]'
   phase "the same bits under Open MPI and MPICH" tests/mpi/same_bits.sh build build-mpich
+fi
+# The NCCL front end alone (issue 46): MPI hidden from CMake, as on a GPU
+# machine with PyTorch and no MPI. Only the library, dgcshim-options and the
+# unit tests are built (the CUDA kernels are most of the time); shim.no_mpi
+# checks that no MPI header, library or symbol went into libdgcshim-nccl.so,
+# shim.exports that it exports the NCCL entry points alone.
+nccl_only() {
+  local dir=build-nompi out
+  out=$(cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON) || return 1
+  grep -F "dgcshim: no MPI (DGC_MPI=AUTO): the NCCL front end alone -> libdgcshim-nccl.so" <<<"$out" || {
+    echo "the configuration did not say it builds the NCCL front end alone:"; echo "$out"; return 1; }
+  cmake --build "$dir" -j "$jobs" --target dgcshim dgcshim-options unit_tests &&
+    (cd "$dir" && ctest --output-on-failure -j 1 -R '^(unit|shim)[.]')
+}
+if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  skipped "NCCL only" "no nvcc (the NCCL front end needs the CUDA toolkit)"
+else
+  phase "NCCL only: MPI hidden from CMake (libdgcshim-nccl.so: unit.*, shim.*)" nccl_only
 fi
 if [ "${DGC_TEST_PYTHON:-1}" = 0 ]; then
   skipped "the Python package" "tests/python/test_cli.py: DGC_TEST_PYTHON=0"

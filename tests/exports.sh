@@ -6,15 +6,21 @@
 # every MPI entry point).
 #
 #   exports.sh LIBRARY MPI_VERSION_MAJOR WITH_NCCL(0|1)
+#
+# MPI_VERSION_MAJOR 0: a library without the MPI front end (the NCCL-only
+# build, libdgcshim-nccl.so), which exports the NCCL entry points alone.
 set -u
 lib=$1 mpi_major=$2 nccl=$3
-want=(MPI_Init MPI_Init_thread MPI_Allreduce)
-[ "$mpi_major" -ge 4 ] && want+=(MPI_Allreduce_c) # the large-count binding (MPI 4)
-for f in init init_thread allreduce; do
-  up=$(tr a-z A-Z <<<"$f")
-  want+=("mpi_${f}_" "mpi_${f}__" "mpi_$f" "MPI_$up" "ompi_${f}_f") # every Fortran spelling
-done
-want+=(mpi_init_f08_ mpi_init_thread_f08_) # MPICH's mpi_f08, which calls PMPI_Init
+want=()
+if [ "$mpi_major" -gt 0 ]; then
+  want+=(MPI_Init MPI_Init_thread MPI_Allreduce)
+  [ "$mpi_major" -ge 4 ] && want+=(MPI_Allreduce_c) # the large-count binding (MPI 4)
+  for f in init init_thread allreduce; do
+    up=$(tr a-z A-Z <<<"$f")
+    want+=("mpi_${f}_" "mpi_${f}__" "mpi_$f" "MPI_$up" "ompi_${f}_f") # every Fortran spelling
+  done
+  want+=(mpi_init_f08_ mpi_init_thread_f08_) # MPICH's mpi_f08, which calls PMPI_Init
+fi
 [ "$nccl" = 1 ] && want+=(ncclAllReduce ncclGroupStart ncclGroupEnd ncclGroupSimulateEnd ncclCommInitRank
                           ncclCommInitRankConfig ncclCommInitAll ncclCommSplit ncclCommDestroy ncclCommAbort
                           ncclCommFinalize)

@@ -104,16 +104,24 @@ def check_library(d):
     for family, path in sorted(libs.items()):
         info = elf.build_info(path) or {}
         infos[family] = (path, info)
+        fronts = paths.front_ends(info)
         gpu = ("CUDA for sm_%s (toolkit %s), NCCL front end built in" %
                (info.get("cuda_architectures", "?").replace(";", ", sm_"), info.get("cuda_toolkit", "?"))
                if info.get("nccl_front_end") else "CPU only: the MPI path (no NCCL front end)")
         problem = paths.preload_problem(path)
         if problem:
-            d.say("library", NO, problem, ("ddp", "horovod", "mpi"), path=path, build=info)
+            d.say("library", NO, problem, ("ddp", "horovod", "mpi"), path=path, build=info, front_ends=fronts)
             continue
-        d.say("library", OK if info else WARN, "%s: version %s, for %s (MPI %s), %s%s" % (
-            path, info.get("version", "?"), info.get("mpi_family", "?"), info.get("mpi_standard", "?"), gpu,
-            ", sanitizers" if info.get("sanitize") else ""), (), path=path, build=info)
+        if "MPI" in fronts:
+            what = "front ends: %s; for %s (MPI %s), %s" % (" and ".join(fronts), info.get("mpi_family", "?"),
+                                                           info.get("mpi_standard", "?"), gpu)
+        else:
+            what = "front ends: NCCL only (built without MPI); CUDA for sm_%s (toolkit %s)" % (
+                info.get("cuda_architectures", "?").replace(";", ", sm_"),
+                info.get("cuda_toolkit", "?"))
+        d.say("library", OK if info else WARN, "%s: version %s, %s%s" % (
+            path, info.get("version", "?"), what,
+            ", sanitizers" if info.get("sanitize") else ""), (), path=path, build=info, front_ends=fronts)
     return infos
 
 
@@ -139,6 +147,12 @@ def resolves(lib):
 
 
 def check_mpi(d, infos):
+    if infos and not [f for f in infos if f != "nccl"]:
+        path = infos["nccl"][0]
+        d.say("MPI front end", NO, "%s has no MPI front end: %s; install MPI's development files (apt-get install "
+              "libopenmpi-dev) and reinstall for the MPI path" % (os.path.basename(path), paths.NCCL_ONLY),
+              ("mpi", "horovod"), path=path)
+    infos = {f: v for f, v in infos.items() if f != "nccl"}
     launcher_family = None
     mpirun = shutil.which("mpirun") or shutil.which("mpiexec")
     if mpirun:
@@ -162,11 +176,11 @@ def check_mpi(d, infos):
         d.say("MPI library", OK, "%s loads %s" % (os.path.basename(path), ", ".join(
             "%s (%s)" % (n, where.get(n)) for n in needed)), (), family=family, needed=needed)
         usable = usable or launcher_family in (None, family)
-    if launcher_family and launcher_family not in infos:
+    if launcher_family and infos and launcher_family not in infos:
         d.say("MPI family", NO, "mpirun is %s's but this installation has only a library for %s: the ABIs differ, "
               "so the shim would never see the ranks' MPI calls; install %s's development files and reinstall" % (
                   launcher_family, ", ".join(sorted(infos)), launcher_family), ("mpi", "horovod"))
-    elif launcher_family:
+    elif launcher_family and infos:
         d.say("MPI family", OK, "mpirun and the library agree (%s); `dgcshim run` picks it for mpirun" %
               launcher_family, ())
     mpi4py = d.probe("import json; from mpi4py import MPI; print(json.dumps(MPI.Get_library_version().strip('\\0 \\n')"
@@ -282,8 +296,9 @@ def check_gpu(d, infos):
     gpu_libs = [info for _, info in infos.values() if info.get("nccl_front_end")]
     v = driver_version()
     if v is None:
-        d.say("GPU", NO, "no GPU driver (libcuda.so.1 does not load): no GPU here, so the NCCL path cannot run; "
-              "the MPI path is unaffected", ("ddp",))
+        mpi = any(family != "nccl" for family in infos)
+        d.say("GPU", NO, "no GPU driver (libcuda.so.1 does not load): no GPU here, so the NCCL path cannot run%s" % (
+            "; the MPI path is unaffected" if mpi or not infos else ""), ("ddp",))
         return
     have = "%d.%d" % (v // 1000, v % 1000 // 10)
     if not gpu_libs:

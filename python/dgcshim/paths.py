@@ -4,7 +4,25 @@ package (lib/, bin/), or where DGCSHIM_LIBRARY and DGCSHIM_OPTIONS point
 import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FAMILY_LIBRARY = {"openmpi": "libdgcshim.so", "mpich": "libdgcshim-mpich.so"}
+# "nccl": the library without the MPI front end, built where CMake found no
+# MPI (or with -DDGC_MPI=OFF): ncclAllReduce only, for PyTorch DDP.
+FAMILY_LIBRARY = {"openmpi": "libdgcshim.so", "mpich": "libdgcshim-mpich.so", "nccl": "libdgcshim-nccl.so"}
+NCCL_ONLY = ("the NCCL front end alone (built without MPI: none found, or DGC_MPI=OFF): it compresses "
+             "ncclAllReduce (PyTorch DDP), not MPI_Allreduce")
+
+
+def family_of(info):
+    """The key of a library by its build facts (elf.build_info): its MPI family, or "nccl" without the MPI
+    front end. A library from before the facts said so has it."""
+    if not info.get("mpi_front_end", True):
+        return "nccl"
+    return info.get("mpi_family", "openmpi")
+
+
+def front_ends(info):
+    """The front ends a library has, by its build facts: ["MPI", "NCCL"], either alone."""
+    return [name for name, key, default in (("MPI", "mpi_front_end", True), ("NCCL", "nccl_front_end", False))
+            if info.get(key, default)]
 
 
 class NotFound(Exception):
@@ -17,7 +35,7 @@ def libraries():
     if env:
         from . import elf
         info = elf.build_info(env) or {}
-        return {info.get("mpi_family", "openmpi"): os.path.abspath(env)}
+        return {family_of(info): os.path.abspath(env)}
     found = {}
     for family, name in FAMILY_LIBRARY.items():
         path = os.path.join(HERE, "lib", name)
@@ -33,6 +51,10 @@ def library(family=None):
                        "a built build/libdgcshim.so" % os.path.join(HERE, "lib"))
     if family is None:
         family = "openmpi" if "openmpi" in libs else sorted(libs)[0]
+    if family not in libs and set(libs) == {"nccl"}:
+        raise NotFound("this installation has no library for %s: it has %s, %s; install MPI's development files "
+                       "(apt-get install libopenmpi-dev) and reinstall for the MPI path" % (
+                           family, os.path.basename(libs["nccl"]), NCCL_ONLY))
     if family not in libs:
         raise NotFound("this installation has no library for %s (it has %s): build it where that MPI's "
                        "development files are installed" % (family, ", ".join(sorted(libs))))

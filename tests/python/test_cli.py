@@ -321,6 +321,45 @@ class Lib(unittest.TestCase):
             self.assertIn("no library for mpich", r.stderr)
 
 
+NCCL_ONLY = os.environ.get("DGC_TEST_NCCL_ONLY")
+
+
+@unittest.skipUnless(VENV and NCCL_ONLY and os.path.isfile(NCCL_ONLY or ""),
+                     "DGC_TEST_NCCL_ONLY names no libdgcshim-nccl.so (scripts/test.sh's NCCL-only phase builds one)")
+class NcclOnly(unittest.TestCase):
+    """A library built without MPI (libdgcshim-nccl.so): doctor says which front ends it has, run preloads it
+    for a launcher that is not MPI's (torchrun), and an MPI launcher is refused with the reason."""
+
+    def env(self):
+        return clean_env(DGCSHIM_LIBRARY=NCCL_ONLY)
+
+    def test_doctor_names_the_front_ends(self):
+        checks = json.loads(sh([DGCSHIM, "doctor", "--json"], env=self.env()).stdout)["checks"]
+        by = {}
+        for c in checks:
+            by.setdefault(c["check"], []).append(c)
+        lib = by["library"][0]
+        self.assertEqual((lib["status"], lib["facts"]["front_ends"]), ("OK", ["NCCL"]), lib)
+        self.assertFalse(lib["facts"]["build"]["mpi_front_end"])
+        self.assertEqual(lib["facts"]["build"]["library"], "libdgcshim-nccl.so")
+        self.assertIn("front ends: NCCL only (built without MPI)", lib["message"])
+        self.assertEqual([c["status"] for c in by["MPI front end"]], ["NO"])
+        self.assertNotIn("MPI family", by)  # nothing for mpirun to agree with
+        self.assertNotIn("MPI path", by["GPU"][0]["message"])
+        r = sh([DGCSHIM, "doctor", "--for", "mpi"], env=self.env(), check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("mpi: cannot work here (the NO lines above: MPI front end)", r.stdout)
+
+    def test_run_preloads_it_for_torchrun_and_refuses_mpirun(self):
+        self.assertEqual(sh([DGCSHIM, "lib"], env=self.env()).stdout, NCCL_ONLY + "\n")
+        preload = sh([DGCSHIM, "run", "--", "sh", "-c", 'echo "$LD_PRELOAD"'], env=self.env()).stdout
+        self.assertEqual(preload, NCCL_ONLY + "\n")
+        r = sh([DGCSHIM, "run", "--"] + MPIRUN + ["-np", "1", "true"], env=self.env(), check=False)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("no library for openmpi: it has %s, the NCCL front end alone" % os.path.basename(NCCL_ONLY),
+                      r.stderr)
+
+
 @unittest.skipUnless(VENV, "DGC_TEST_VENV unset: run through scripts/test-python.sh")
 class Report(unittest.TestCase):
     def test_reproduces_the_exit_report_and_plots(self):
