@@ -1,13 +1,15 @@
 #!/usr/bin/python3
 """Reads bench/convergence.sh's logs; prints the table, writes a CSV and a PNG.
 
-  convergence_report.py LOG_DIR OUT_DIR
+  convergence_report.py LOG_DIR OUT_DIR [TAG]
 
 Per run (trainer x config): the final test accuracy and its difference from
 dense, bytes each rank contributed to the gradient exchange (4n per step
 dense; the shim's payloads, from its DGC_STATS report), the compression ratio
 over the run (warm-up included) and after warm-up (the last step's), and wall
-time. The PNG has one panel per trainer: test accuracy per epoch.
+time. The PNG has one panel per trainer: test accuracy per epoch. With TAG
+(bench/convergence.sh's TAG), it reads TRAINER_CONFIG{TAG}.log and writes
+convergence{TAG}.csv and convergence{TAG}.png.
 """
 import csv
 import os
@@ -16,7 +18,8 @@ import sys
 
 CONFIGS = [("dense", "dense (DGC_ENABLE=0)"), ("dgc", "DGC 99.9%, momentum 0.9, compensated"),
            ("gd", "gradient dropping 99.9% (DGC_MOMENTUM=0)"),
-           ("reduce", "DGC as dgc, DGC_TRANSPORT=reduce")]
+           ("reduce", "DGC as dgc, DGC_TRANSPORT=reduce"),
+           ("flat", "DGC as dgc, DGC_TOPOLOGY=flat"), ("node", "DGC as dgc, DGC_TOPOLOGY=node")]
 TRAINERS = [("c", "C MLP 784-512-512-10"), ("torch", "PyTorch CNN (mpi4py)")]
 
 
@@ -26,9 +29,12 @@ def fields(line):
 
 
 def parse(path):
-    epochs, final, stats = [], None, None
+    epochs, final, stats, ranks = [], None, None, None
     with open(path) as f:
         for line in f:
+            m = re.match(r"(?:mlp_trainer ranks|torch_mpi_cnn:) (\d+)", line)
+            if m and ranks is None:
+                ranks = int(m.group(1))
             if line.startswith("epoch "):
                 epochs.append(fields(line))
             elif line.startswith("final "):
@@ -39,19 +45,20 @@ def parse(path):
                 stats = {"wire": int(cols[at + 5]), "ratio": cols[at + 6], "last_ratio": cols[at + 7]}
     if final is None:
         raise SystemExit(f"{path}: no 'final' line: the run failed, see the log")
-    return epochs, final, stats
+    return epochs, final, stats, ranks
 
 
 def main():
     logs, out = sys.argv[1], sys.argv[2]
-    rows, curves = [], {}
+    tag = sys.argv[3] if len(sys.argv) > 3 else ""
+    rows, curves, ranks = [], {}, {}
     for trainer, tname in TRAINERS:
         dense_acc = None
         for cfg, cname in CONFIGS:
-            path = os.path.join(logs, f"{trainer}_{cfg}.log")
+            path = os.path.join(logs, f"{trainer}_{cfg}{tag}.log")
             if not os.path.exists(path):
                 continue
-            epochs, final, stats = parse(path)
+            epochs, final, stats, ranks[trainer] = parse(path)
             acc = float(final["test_acc"])
             n, steps = int(final["params"]), int(final["steps"])
             dense_bytes = 4 * n * steps
@@ -68,7 +75,7 @@ def main():
                          "ratio": ratio, "ratio_after_warmup": last, "wall_s": final["wall_s"]})
             curves[(trainer, cfg)] = [float(e["test_acc"]) for e in epochs]
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "convergence.csv"), "w", newline="") as f:
+    with open(os.path.join(out, f"convergence{tag}.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
         w.writeheader()
         w.writerows(rows)
@@ -78,10 +85,10 @@ def main():
     for r in rows:
         print(fmt.format(r["trainer"], r["config"], r["epochs"], r["test_acc"], r["delta_points"] or "-",
                          r["bytes_per_rank"], r["ratio"], r["ratio_after_warmup"], r["wall_s"]))
-    plot(curves, os.path.join(out, "convergence.png"))
+    plot(curves, ranks, os.path.join(out, f"convergence{tag}.png"))
 
 
-def plot(curves, path):
+def plot(curves, ranks, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -93,7 +100,7 @@ def plot(curves, path):
             acc = curves.get((trainer, cfg))
             if acc:
                 ax.plot(range(1, len(acc) + 1), [100 * a for a in acc], marker="o", label=cname)
-        ax.set_title(f"{tname}, 4 ranks, Fashion-MNIST")
+        ax.set_title(f"{tname}, {ranks.get(trainer) or '?'} ranks, Fashion-MNIST")
         ax.set_xlabel("epoch")
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.set_ylabel("test accuracy (%)")
