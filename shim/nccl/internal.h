@@ -64,6 +64,8 @@ typedef struct {
 enum {
     DGC_SLOT_NCCL_API = DGC_SLOT_NCCL_BASE, /* the dgc_nccl_api, once resolved */
     DGC_SLOT_NCCL_FIRST_COMM,                /* a communicator of the first call, for the set-up's log rank */
+    DGC_SLOT_NCCL_CTX_GET,                   /* the driver's cuCtxGetCurrent (NULL: not to be had) */
+    DGC_SLOT_NCCL_CTX_SET,                   /* the driver's cuCtxSetCurrent */
     DGC_SLOT_NCCL_END
 };
 _Static_assert(DGC_SLOT_NCCL_END <= DGC_SLOT_COUNT, "registry slots");
@@ -158,16 +160,25 @@ ncclResult_t dgc_nccl_check_new(const dgc_nccl_api *api, const ncclComm_t *comms
  * streams that are not capturing (dgc_stream_capturing) and streams of its
  * own, so relaxed mode lets nothing into a graph. */
 typedef struct {
-    int saved; /* the device current on entry, -1 when unknown */
+    int saved; /* the device current on entry, -1 when unknown or when the thread had no context */
+    void *ctx; /* the driver's current context on entry (NULL: none) */
+    int ctx_saved; /* ctx was read (the driver's entry points were found): leave restores it exactly */
     enum cudaStreamCaptureMode mode; /* the thread's capture mode on entry */
     int mode_saved;
 } dgc_device_guard;
 
-/* Makes device current (capture mode relaxed). Returns 0, or -1 (logged,
- * nothing changed) when the runtime fails. */
+/* Finds the driver's cuCtxGetCurrent and cuCtxSetCurrent, once, at the
+ * front end's set-up (nccl/setup.c); without them the guard falls back to
+ * device numbers. */
+void dgc_device_resolve(void);
+
+/* Makes device current (capture mode relaxed), remembering the thread's
+ * current context (none included). Returns 0, or -1 (logged, nothing
+ * changed) when the runtime fails. */
 int dgc_device_enter(dgc_device_guard *g, int device);
-/* Makes the device current on entry current again, whichever devices were
- * made current in between (dgc_device_switch). */
+/* Makes the context current on entry current again (none, when the thread
+ * had none), whichever devices were made current in between
+ * (dgc_device_switch). */
 void dgc_device_leave(dgc_device_guard *g);
 
 /* Makes device current without saving (inside an open guard, whose leave
