@@ -3,11 +3,12 @@
  * value (as shim/mpi/check.c does on MPI) and a flag saying whether the rank
  * could parse its environment at all, over the communicator itself, on the
  * caller's stream. The words come back to the host (a polling wait that an
- * abort or NCCL's error ends: nccl/wait.c) and every rank compares the
- * same gathered words (copied into pinned host memory, so that the copy
- * returns at once and the wait polls), so every rank reaches the same verdict: passed, or
- * failed, and then every float sum/average call on the communicator fails
- * with ncclInvalidUsage on every rank without issuing anything.
+ * abort or NCCL's error ends: nccl/wait.c; the words go through pinned
+ * host memory, so that the copies return at once and the wait polls) and
+ * every rank compares the same gathered words, so every rank reaches the
+ * same verdict: passed, or failed, and then every float sum/average call
+ * on the communicator fails with ncclInvalidUsage on every rank without
+ * issuing anything.
  *
  * It runs at the communicator's first candidate call (float sum or
  * average: a test that reads no configuration), not at its first

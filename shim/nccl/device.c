@@ -27,11 +27,12 @@
 typedef int (*ctx_get_fn)(void **ctx);
 typedef int (*ctx_set_fn)(void *ctx);
 
+/* The two symbols as CUDA 12.0 defines them (unchanged since 4.0). */
 void dgc_device_resolve(void) {
     void *get = NULL, *set = NULL;
     enum cudaDriverEntryPointQueryResult st1 = cudaDriverEntryPointSymbolNotFound, st2 = st1;
-    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &get, 4000, cudaEnableDefault, &st1) != cudaSuccess ||
-        cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &set, 4000, cudaEnableDefault, &st2) != cudaSuccess ||
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &get, 12000, cudaEnableDefault, &st1) != cudaSuccess ||
+        cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &set, 12000, cudaEnableDefault, &st2) != cudaSuccess ||
         st1 != cudaDriverEntryPointSuccess || st2 != cudaDriverEntryPointSuccess || !get || !set) {
         (void)cudaGetLastError();
         DGC_DEBUG("the driver's cuCtxGetCurrent/cuCtxSetCurrent cannot be had: the device guard restores device "

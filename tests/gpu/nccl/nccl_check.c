@@ -1446,7 +1446,7 @@ static void case_abort_thread(void) {
 static void *current_context(void) {
     void *fn = NULL;
     enum cudaDriverEntryPointQueryResult st = cudaDriverEntryPointSymbolNotFound;
-    CUDA_OK(cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 4000, cudaEnableDefault, &st));
+    CUDA_OK(cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 12000, cudaEnableDefault, &st));
     if (st != cudaDriverEntryPointSuccess || !fn) fail("no cuCtxGetCurrent from the driver");
     void *ctx = NULL;
     if (((int (*)(void **))fn)(&ctx) != 0) fail("cuCtxGetCurrent failed");
