@@ -102,6 +102,13 @@ if ! build >"$out/build.log" 2>&1; then
   echo "0 passed, 1 failed (build)"; exit 1
 fi
 echo "built build-gpu ($(grep -c 'warning' "$out/build.log") warning lines in $out/build.log)"
+# ptxas's register spills (kernels/CMakeLists.txt: --warn-on-spills), so the
+# first GPU run shows whether update_kernel's 32-register cap costs a spill.
+if grep -qi "spill" "$out/build.log"; then
+  echo "ptxas register spills in the build:"; grep -i "spill" "$out/build.log" | sed 's/^/    /' | head -n 20
+else
+  echo "ptxas: no register spills in the engine's kernels"
+fi
 export DGC_SHIM=$root/build-gpu/libdgcshim.so
 [ "$checks" = 1 ] || { only='^$'; }
 

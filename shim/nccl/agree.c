@@ -3,10 +3,12 @@
  * value (as shim/mpi/check.c does on MPI) and a flag saying whether the rank
  * could parse its environment at all, over the communicator itself, on the
  * caller's stream. The words come back to the host (a polling wait that an
- * abort or NCCL's error ends: nccl/wait.c) and every rank compares the
- * same gathered words, so every rank reaches the same verdict: passed, or
- * failed, and then every float sum/average call on the communicator fails
- * with ncclInvalidUsage on every rank without issuing anything.
+ * abort or NCCL's error ends: nccl/wait.c; the words go through pinned
+ * host memory, so that the copies return at once and the wait polls) and
+ * every rank compares the same gathered words, so every rank reaches the
+ * same verdict: passed, or failed, and then every float sum/average call
+ * on the communicator fails with ncclInvalidUsage on every rank without
+ * issuing anything.
  *
  * It runs at the communicator's first candidate call (float sum or
  * average: a test that reads no configuration), not at its first
@@ -30,8 +32,21 @@ static void own_words(const dgc_config *cfg, uint64_t *w) {
     w[WORD_PARSE] = dgc_registry_flag(DGC_FLAG_NCCL_PARSE_FAILED) ? 1 : 0;
 }
 
+/* The check's buffers go back in stream order: after a wait that ended
+ * early (an abort), the all-gather and the copy may still be writing them.
+ * Without memory pools, the device's goes by cudaFree. */
+static void release(dgc_nccl_check *k) {
+    const size_t bytes = WORDS_BYTES * (1 + (size_t)k->c->nranks);
+    dgc_nccl_dev_free(k->dev, k->dev_pooled, k->stream);
+    dgc_nccl_host_put(k->host, bytes, k->host_pinned, k->stream);
+    k->dev = NULL;
+    k->host = NULL;
+}
+
 void dgc_nccl_check_issue(const dgc_nccl_api *api, dgc_nccl_check *k, const dgc_config *cfg) {
     k->dev = NULL;
+    k->host = NULL;
+    k->host_pinned = 0;
     k->issued = 0;
     k->rc = ncclSuccess;
     own_words(cfg, k->words);
@@ -40,15 +55,23 @@ void dgc_nccl_check_issue(const dgc_nccl_api *api, dgc_nccl_check *k, const dgc_
         k->rc = ncclInternalError;
         return;
     }
-    cudaError_t e = dgc_nccl_dev_alloc(&k->dev, WORDS_BYTES * (1 + (size_t)k->c->nranks), k->stream, &k->dev_pooled);
-    if (e == cudaSuccess) e = cudaMemcpyAsync(k->dev, k->words, WORDS_BYTES, cudaMemcpyHostToDevice, k->stream);
+    /* The host side is pinned: a copy to or from pageable memory may block
+     * until the stream reaches it (on NVIDIA, the copy back returns only
+     * after the all-gather), and the wait that an abort ends would never
+     * run. */
+    const size_t bytes = WORDS_BYTES * (1 + (size_t)k->c->nranks);
+    cudaError_t e = (k->host = dgc_nccl_host_get(bytes, &k->host_pinned)) ? cudaSuccess : cudaErrorMemoryAllocation;
+    if (e == cudaSuccess) e = dgc_nccl_dev_alloc(&k->dev, bytes, k->stream, &k->dev_pooled);
+    if (e == cudaSuccess) {
+        memcpy(k->host, k->words, WORDS_BYTES);
+        e = cudaMemcpyAsync(k->dev, k->host, WORDS_BYTES, cudaMemcpyHostToDevice, k->stream);
+    }
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         DGC_ERROR("the DGC_* consistency check of a communicator cannot run on this rank (%s): its call fails "
                   "with ncclSystemError here, and the other ranks may wait for this one",
                   cudaGetErrorString(e));
-        dgc_nccl_dev_free(k->dev, k->dev_pooled, k->stream);
-        k->dev = NULL;
+        release(k);
         k->rc = ncclSystemError;
         return;
     }
@@ -85,33 +108,30 @@ ncclResult_t dgc_nccl_check_finish(const dgc_nccl_api *api, dgc_nccl_check *k, c
         return k->c->check == DGC_CHECK_PASSED ? ncclSuccess : ncclInvalidUsage;
     }
     if (!k->issued) { /* the check stays pending: tried again at the next call */
-        dgc_nccl_dev_free(k->dev, k->dev_pooled, k->stream);
-        k->dev = NULL;
+        release(k);
         return k->rc;
     }
-    uint64_t *all = malloc(WORDS_BYTES * (size_t)nranks);
+    uint64_t *all = (uint64_t *)((char *)k->host + WORDS_BYTES);
     ncclResult_t rc = dgc_nccl_settle(api, k->c, k->comm, k->rc);
     cudaError_t e = cudaSuccess;
-    if (rc == ncclSuccess && all) {
+    if (rc == ncclSuccess) {
+        /* into pinned memory: returns at once, and the wait polls */
         e = cudaMemcpyAsync(all, (char *)k->dev + WORDS_BYTES, WORDS_BYTES * (size_t)nranks, cudaMemcpyDeviceToHost,
                             k->stream);
         if (e == cudaSuccess) rc = dgc_nccl_wait(api, k->c, k->comm, k->stream);
     }
-    /* In stream order: after a wait that ended early (an abort), the
-     * all-gather may still be writing it. Without memory pools, cudaFree. */
-    dgc_nccl_dev_free(k->dev, k->dev_pooled, k->stream);
-    k->dev = NULL;
-    if (rc == ncclSuccess && (!all || e != cudaSuccess)) {
+    if (rc == ncclSuccess && e != cudaSuccess) {
+        (void)cudaGetLastError();
         DGC_ERROR("the DGC_* consistency check of a communicator could not read its result (%s): the call fails "
                   "with ncclSystemError here, and the other ranks may fail later",
-                  all ? cudaGetErrorString(e) : "no host memory");
+                  cudaGetErrorString(e));
         rc = ncclSystemError;
     }
     if (rc == ncclSuccess) {
         k->c->check = verdict(cfg, all, nranks);
         if (k->c->check == DGC_CHECK_FAILED) rc = ncclInvalidUsage;
     }
-    free(all);
+    release(k);
     return rc;
 }
 
@@ -124,6 +144,7 @@ ncclResult_t dgc_nccl_check_run(const dgc_nccl_api *api, dgc_nccl_check *k, int 
         } else {
             own_words(cfg, k[i].words);
             k[i].dev = NULL;
+            k[i].host = NULL;
             k[i].issued = 0;
             k[i].rc = ncclUnhandledCudaError;
         }

@@ -415,8 +415,11 @@ static void go_dense(dgc_nccl_call *k, const unsigned char *v) {
 }
 
 /* The votes of the round's first calls: one byte a rank (1: no state),
- * gathered by the real ncclAllGather (one group when several), read after a
- * wait for the call's stream. A vote that cannot be taken fails the call
+ * gathered by the real ncclAllGather (one group when several), copied into
+ * the record's pinned votes_host (so cudaMemcpyAsync returns at once: into
+ * pageable memory it would return, on NVIDIA, only after the all-gather,
+ * where no abort can end it) and read after a polling wait for the call's
+ * stream (nccl/wait.c). A vote that cannot be taken fails the call
  * here: the other ranks may wait for this one. */
 static void vote(const dgc_nccl_api *api, dgc_nccl_call **v, int m) {
     static const unsigned char alone = 1;

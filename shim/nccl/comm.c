@@ -7,7 +7,7 @@
  * A communicator is known by its handle (ncclComm_t), bound to a registry
  * record. NCCL has no attribute to hang the record on, so its life is tied
  * to the functions that end a communicator (nccl/destroy.c). Freeing never
- * waits for the device: the report and votes go back in stream order or
+ * waits for the device: the report and the votes go back in stream order or
  * are parked (nccl/memory.c). */
 #include <stdlib.h>
 
@@ -35,11 +35,19 @@ static void free_ext(void *ext) {
         after = NULL; /* the parked report owns it */
     }
     if (after) cudaEventDestroy(after);
+    if (x->votes_host && !x->votes_host_pinned) {
+        free(x->votes_host); /* pageable: the copy into it returned only once done */
+    } else if (x->votes_host) {
+        /* pinned: after a wait that an abort ended, the copy may still write it */
+        if (ordered && dgc_nccl_comm_after(x, &after) == 0)
+            dgc_nccl_mapped_put(x->votes_host, (size_t)x->nranks, after);
+        else
+            DGC_DEBUG("a communicator's vote memory is left allocated: its last work cannot be waited for");
+    }
     if (ok && ordered) dgc_nccl_dev_free(x->votes, x->votes_pooled, x->own);
     if (ok && x->done) cudaEventDestroy(x->done);
     if (ok && x->own) cudaStreamDestroy(x->own); /* returns at once: the frees queued on it still run */
     if (ok) dgc_device_leave(&g);
-    free(x->votes_host);
     free(x);
 }
 
@@ -79,20 +87,27 @@ dgc_comm *dgc_nccl_comm_open(const dgc_nccl_api *api, ncclComm_t comm, int devic
     if (dgc_config_rank() == -1) dgc_config_set_rank(rank); /* no launcher rank: the first communicator's */
     dgc_nccl_banner(api, nranks);
     dgc_nccl_comm *x = calloc(1, sizeof *x);
-    unsigned char *votes_host = malloc((size_t)nranks);
-    dgc_comm *c = x && votes_host ? dgc_registry_comm_open_owned(nranks, 0, DGC_OWNER_NCCL) : NULL;
+    dgc_comm *c = x ? dgc_registry_comm_open_owned(nranks, 0, DGC_OWNER_NCCL) : NULL;
     if (!c) {
         free(x);
-        free(votes_host);
         DGC_ERROR("no host memory for a communicator's record");
         return NULL;
     }
     x->device = device;
     x->rank = rank;
-    x->votes_host = votes_host; /* the votes' device memory comes at the first vote (nccl/call.c) */
+    x->nranks = nranks;
     c->ext = x;
     c->ext_free = free_ext;
     (void)set_up(x);
+    /* Pinned, so that the vote's copy back returns at once and its wait
+     * polls (pageable only where no pinned memory is left); the votes'
+     * device memory comes at the first vote (nccl/call.c). */
+    x->votes_host = dgc_nccl_host_get((size_t)nranks, &x->votes_host_pinned);
+    if (!x->votes_host) {
+        dgc_registry_comm_close(c->id); /* frees x (free_ext) */
+        DGC_ERROR("no host memory for a communicator's record");
+        return NULL;
+    }
     dgc_registry_comm_hold_again(c); /* the caller's, before anyone else can find it */
     dgc_registry_comm_bind(comm, c->id);
     DGC_DEBUG("communicator %p: rank %d of %d on device %d, record %llu", (void *)comm, rank, nranks, device,

@@ -6,9 +6,42 @@
  * device memory, streams and events are shared; the current device is not,
  * so every entry into CUDA first points the shim's runtime at the
  * communicator's device, and points it back afterwards (the driver's
- * current context is per thread and the application's runtime may read it). */
+ * current context is per thread and the application's runtime may read it).
+ *
+ * "Back" is the driver's current context as it was on entry, none
+ * included: a thread with no current context (PyTorch's watchdog calling
+ * ncclCommAbort, a thread that never touched CUDA) has none again on
+ * leaving. cudaGetDevice cannot tell: it answers 0 on such a thread, and
+ * restoring "device 0" would make GPU 0's primary context current there
+ * (created, on a rank that drives GPU 3, with its few hundred MB). So the
+ * guard reads and restores the context itself, through the driver's
+ * cuCtxGetCurrent and cuCtxSetCurrent (found by the runtime's
+ * cudaGetDriverEntryPointByVersion: libcuda is not linked). Where the
+ * driver cannot give them (every driver that runs the CUDA 13 runtime
+ * can), it falls back to device numbers: the device cudaGetDevice gave on
+ * entry comes back, and a thread with no context cannot be told from one
+ * on device 0. */
 #include "core/log.h"
 #include "internal.h"
+
+typedef int (*ctx_get_fn)(void **ctx);
+typedef int (*ctx_set_fn)(void *ctx);
+
+/* The two symbols as CUDA 12.0 defines them (unchanged since 4.0). */
+void dgc_device_resolve(void) {
+    void *get = NULL, *set = NULL;
+    enum cudaDriverEntryPointQueryResult st1 = cudaDriverEntryPointSymbolNotFound, st2 = st1;
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &get, 12000, cudaEnableDefault, &st1) != cudaSuccess ||
+        cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &set, 12000, cudaEnableDefault, &st2) != cudaSuccess ||
+        st1 != cudaDriverEntryPointSuccess || st2 != cudaDriverEntryPointSuccess || !get || !set) {
+        (void)cudaGetLastError();
+        DGC_DEBUG("the driver's cuCtxGetCurrent/cuCtxSetCurrent cannot be had: the device guard restores device "
+                  "numbers (a thread with no current context cannot be told from one on device 0)");
+        return;
+    }
+    dgc_registry_set_slot(DGC_SLOT_NCCL_CTX_GET, get);
+    dgc_registry_set_slot(DGC_SLOT_NCCL_CTX_SET, set);
+}
 
 int dgc_device_switch(int device) {
     cudaError_t e = cudaSetDevice(device);
@@ -31,7 +64,13 @@ static void unrelax(dgc_device_guard *g) {
 
 int dgc_device_enter(dgc_device_guard *g, int device) {
     int cur = -1;
-    g->saved = cudaGetDevice(&cur) == cudaSuccess ? cur : -1;
+    ctx_get_fn get = (ctx_get_fn)dgc_registry_slot(DGC_SLOT_NCCL_CTX_GET);
+    g->ctx = NULL;
+    g->ctx_saved = get && get(&g->ctx) == 0;
+    /* With no current context cudaGetDevice answers 0 all the same: never
+     * take that for the thread's device. */
+    int had = !g->ctx_saved || g->ctx;
+    g->saved = had && cudaGetDevice(&cur) == cudaSuccess ? cur : -1;
     relax(g);
     if (cur == device && g->saved >= 0) return 0;
     if (dgc_device_switch(device) == 0) return 0;
@@ -42,10 +81,18 @@ int dgc_device_enter(dgc_device_guard *g, int device) {
 /* Asks rather than remembers: a batch after ncclGroupEnd switches to each
  * communicator's device in turn, so the caller may be on its own device at
  * entry and on another one now (real NCCL restores it around its group
- * launch too). */
+ * launch too). The context on entry comes back as it was, none included;
+ * without the driver's entry points, the device on entry, when it was one. */
 void dgc_device_leave(dgc_device_guard *g) {
     int cur = -1;
     unrelax(g);
+    if (g->ctx_saved) {
+        ctx_get_fn get = (ctx_get_fn)dgc_registry_slot(DGC_SLOT_NCCL_CTX_GET);
+        ctx_set_fn set = (ctx_set_fn)dgc_registry_slot(DGC_SLOT_NCCL_CTX_SET);
+        void *now = NULL;
+        if (get(&now) != 0 || now != g->ctx) (void)set(g->ctx);
+        return;
+    }
     if (g->saved < 0) return;
     if (cudaGetDevice(&cur) != cudaSuccess || cur != g->saved) cudaSetDevice(g->saved);
 }

@@ -8,8 +8,9 @@
  *     rank (invariant 1);
  *   - everything is enqueued on the caller's stream; the host waits for the
  *     device only at a communicator's configuration check (when it is
- *     made), at a count's first call (the ranks' votes on holding its
- *     state) and when state is freed (invariant 5);
+ *     made) and at a count's first call (the ranks' votes on holding its
+ *     state), by polling (nccl/wait.c), with the results copied into
+ *     pinned host memory so that no copy blocks (invariant 5);
  *   - inside ncclGroupStart/End nothing is launched: compressed calls are
  *     recorded and run after the outermost ncclGroupEnd (nccl/group.c). */
 #ifndef DGCSHIM_NCCL_INTERNAL_H
@@ -63,6 +64,8 @@ typedef struct {
 enum {
     DGC_SLOT_NCCL_API = DGC_SLOT_NCCL_BASE, /* the dgc_nccl_api, once resolved */
     DGC_SLOT_NCCL_FIRST_COMM,                /* a communicator of the first call, for the set-up's log rank */
+    DGC_SLOT_NCCL_CTX_GET,                   /* the driver's cuCtxGetCurrent (NULL: not to be had) */
+    DGC_SLOT_NCCL_CTX_SET,                   /* the driver's cuCtxSetCurrent */
     DGC_SLOT_NCCL_END
 };
 _Static_assert(DGC_SLOT_NCCL_END <= DGC_SLOT_COUNT, "registry slots");
@@ -92,6 +95,7 @@ void dgc_nccl_banner(const dgc_nccl_api *api, int nranks);
 typedef struct {
     int device;               /* ncclCommCuDevice */
     int rank;                 /* ncclCommUserRank */
+    int nranks;               /* ncclCommCount */
     dgc_gpu_report *report;   /* what the device tells the host (mapped pinned memory); NULL: setup failed,
                                * every compressed call takes part flagged */
     cudaStream_t own;         /* the shim's stream for this communicator's frees (nccl/memory.c) */
@@ -100,7 +104,8 @@ typedef struct {
     int done_recorded;
     void *votes;              /* device memory for a count's first-call agreement: 1 + nranks bytes */
     int votes_pooled;         /* votes came from the memory pool (dgc_nccl_dev_alloc) */
-    unsigned char *votes_host; /* nranks bytes: the gathered votes, read by the host */
+    unsigned char *votes_host; /* nranks bytes: the gathered votes, read by the host (pinned: dgc_nccl_host_get) */
+    int votes_host_pinned;    /* votes_host is pinned (else pageable: the vote's wait may block in CUDA) */
     uint64_t failed_seen;     /* report->failed at the last look */
     uint64_t nonfinite_seen;  /* report->nonfinite at the last look */
     uint64_t bad_seen;        /* report->bad_steps at the last look */
@@ -155,16 +160,25 @@ ncclResult_t dgc_nccl_check_new(const dgc_nccl_api *api, const ncclComm_t *comms
  * streams that are not capturing (dgc_stream_capturing) and streams of its
  * own, so relaxed mode lets nothing into a graph. */
 typedef struct {
-    int saved; /* the device current on entry, -1 when unknown */
+    int saved; /* the device current on entry, -1 when unknown or when the thread had no context */
+    void *ctx; /* the driver's current context on entry (NULL: none) */
+    int ctx_saved; /* ctx was read (the driver's entry points were found): leave restores it exactly */
     enum cudaStreamCaptureMode mode; /* the thread's capture mode on entry */
     int mode_saved;
 } dgc_device_guard;
 
-/* Makes device current (capture mode relaxed). Returns 0, or -1 (logged,
- * nothing changed) when the runtime fails. */
+/* Finds the driver's cuCtxGetCurrent and cuCtxSetCurrent, once, at the
+ * front end's set-up (nccl/setup.c); without them the guard falls back to
+ * device numbers. */
+void dgc_device_resolve(void);
+
+/* Makes device current (capture mode relaxed), remembering the thread's
+ * current context (none included). Returns 0, or -1 (logged, nothing
+ * changed) when the runtime fails. */
 int dgc_device_enter(dgc_device_guard *g, int device);
-/* Makes the device current on entry current again, whichever devices were
- * made current in between (dgc_device_switch). */
+/* Makes the context current on entry current again (none, when the thread
+ * had none), whichever devices were made current in between
+ * (dgc_device_switch). */
 void dgc_device_leave(dgc_device_guard *g);
 
 /* Makes device current without saving (inside an open guard, whose leave
@@ -205,6 +219,18 @@ void *dgc_nccl_mapped_get(size_t bytes);
  * on; NULL: nothing may still write it) has completed. Never freed. */
 void dgc_nccl_mapped_put(void *p, size_t bytes, cudaEvent_t after);
 
+/* Host memory of bytes (zeroed) that the device copies into and the host
+ * reads after a polling wait: mapped pinned memory (*pinned 1), so that
+ * cudaMemcpyAsync into it returns at once; where none is left, pageable
+ * memory (*pinned 0, logged), into which a copy returns only once done:
+ * the wait may then block inside CUDA. NULL when host memory is short. */
+void *dgc_nccl_host_get(size_t bytes, int *pinned);
+
+/* Gives back what dgc_nccl_host_get gave, once the work enqueued on s so
+ * far is done (pinned: parked with an event recorded on s, never freed;
+ * left allocated if no event can be recorded; pageable: freed). */
+void dgc_nccl_host_put(void *p, size_t bytes, int pinned, cudaStream_t s);
+
 /* A call on stream s first waits (on the device) for the communicator's
  * last call when that ran on another stream; after its last work, it
  * records itself as the last. */
@@ -235,6 +261,8 @@ typedef struct {
     cudaStream_t stream;
     void *dev;            /* device buffer: this rank's words, then every rank's */
     int dev_pooled;       /* dev came from the memory pool (dgc_nccl_dev_alloc) */
+    void *host;           /* host buffer laid out as dev (dgc_nccl_host_get: pinned, so no copy blocks) */
+    int host_pinned;
     uint64_t words[DGC_OPT_COUNT + 1]; /* this rank's words: the collective options' hashes, the parse flag */
     int issued;           /* the all-gather was issued */
     ncclResult_t rc;

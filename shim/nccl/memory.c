@@ -8,15 +8,20 @@
  *     and goes back in stream order (cudaFreeAsync) on the communicator's
  *     own stream, after the communicator's last work; only a device without
  *     memory pools falls back to cudaMalloc and cudaFree;
- *   - mapped pinned host memory (the device's report, the states' counters)
- *     is never freed while the process runs: it is parked in the registry
- *     with an event after the last work that may write it, and reused once
- *     that event has completed;
+ *   - mapped pinned host memory (the device's report, the states' counters,
+ *     the votes and the configuration check's words read by the host) is
+ *     never freed while the process runs: it is parked in the registry with
+ *     an event after the last work that may write it, and reused once that
+ *     event has completed. The host reads the votes and the check's words
+ *     through pinned memory because a cudaMemcpyAsync into pageable memory
+ *     returns, on NVIDIA, only once the copy is done: after the all-gather,
+ *     so the polling wait (nccl/wait.c) would never run;
  *   - a communicator's calls are chained: a call on another stream than the
  *     last one's first waits for the last one's work (an event, not the
  *     host), as NCCL orders a communicator's own work. So the communicator's
  *     last recorded work follows all its earlier work, and one event says
  *     when a state, the report or the votes are no longer in use. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/log.h"
@@ -49,6 +54,35 @@ void dgc_nccl_mapped_put(void *p, size_t bytes, cudaEvent_t after) {
         DGC_DEBUG("no host memory to list %zu bytes of mapped memory for reuse: left as they are", bytes);
         event_drop((void *)after);
     }
+}
+
+void *dgc_nccl_host_get(size_t bytes, int *pinned) {
+    void *p = dgc_nccl_mapped_get(bytes);
+    *pinned = p != NULL;
+    if (p) return p;
+    p = calloc(1, bytes);
+    if (p)
+        DGC_WARN("no pinned host memory for %zu bytes the device reports to the host: pageable memory instead, so "
+                 "this rank's wait for its peers may block inside CUDA (where an abort cannot end it) until they "
+                 "call",
+                 bytes);
+    return p;
+}
+
+void dgc_nccl_host_put(void *p, size_t bytes, int pinned, cudaStream_t s) {
+    if (!p) return;
+    if (!pinned) {
+        free(p); /* a copy into pageable memory returned only once done */
+        return;
+    }
+    cudaEvent_t ev = NULL;
+    if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess || cudaEventRecord(ev, s) != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (ev) cudaEventDestroy(ev);
+        DGC_DEBUG("%zu bytes of pinned host memory are left allocated: the copy into them cannot be waited for", bytes);
+        return;
+    }
+    dgc_nccl_mapped_put(p, bytes, ev);
 }
 
 void dgc_nccl_chain_in(dgc_nccl_comm *x, cudaStream_t s) {

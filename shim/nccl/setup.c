@@ -26,6 +26,7 @@ static void setup(void) {
         dgc_config_install(&cfg); /* the defaults when it failed: the log level at least */
     }
     dgc_nccl_api *api = dgc_nccl_resolve();
+    dgc_device_resolve(); /* the driver's context functions, for the device guard */
     /* The rank, for log lines and the rank-0 report: the launcher's, else
      * the rank in the communicator of the call that got here first (which
      * may be a subgroup's: several processes would then be rank 0). */

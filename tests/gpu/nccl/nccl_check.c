@@ -1441,6 +1441,73 @@ static void case_abort_thread(void) {
     (void)cudaGetLastError();
 }
 
+/* The driver's current context of the calling thread (NULL: none), through
+ * the runtime, as the shim finds it. */
+static void *current_context(void) {
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult st = cudaDriverEntryPointSymbolNotFound;
+    CUDA_OK(cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 12000, cudaEnableDefault, &st));
+    if (st != cudaDriverEntryPointSuccess || !fn) fail("no cuCtxGetCurrent from the driver");
+    void *ctx = NULL;
+    if (((int (*)(void **))fn)(&ctx) != 0) fail("cuCtxGetCurrent failed");
+    return ctx;
+}
+
+typedef struct {
+    ncclComm_t comm;
+    void *before, *after; /* the thread's context before and after its ncclCommAbort */
+    ncclResult_t rc;
+} bare_abort;
+
+static void *abort_bare(void *arg) {
+    bare_abort *b = arg;
+    b->before = current_context();
+    b->rc = ncclCommAbort(b->comm);
+    b->after = current_context();
+    return NULL;
+}
+
+/* PyTorch's watchdog thread never made a device current: its ncclCommAbort
+ * frees the shim's record (a state, the report, the votes) on a thread with
+ * no current context. The shim's device guard must leave it with none, not
+ * with device 0's (cudaGetDevice answers 0 there: switching "back" to it
+ * made a context on GPU 0 for every rank of a multi-GPU machine). On the
+ * emulated device nothing else touches the thread's context, so it must be
+ * none; with real NCCL, whose own abort may switch to the communicator's
+ * device, it may be that device's (this program's only one), never another. */
+static void case_abort_no_context(void) {
+    ncclComm_t comm = make_comm(1);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    const long n = 30000;
+    const size_t bytes = (size_t)n * sizeof(float);
+    float *x = dev_alloc(bytes), *g = malloc(bytes);
+    if (!g) fail("no host memory");
+    for (long step = 0; step < 3; step++) { /* a state, the vote, the check */
+        fill(g, rank, 700, step, n);
+        upload(x, g, bytes);
+        NCCL_OK(ncclAllReduce(x, x, (size_t)n, ncclFloat32, ncclSum, comm, s));
+    }
+    CUDA_OK(cudaStreamSynchronize(s));
+    MPI_Barrier(MPI_COMM_WORLD);
+    void *mine = current_context();
+    bare_abort b = {.comm = comm};
+    pthread_t t;
+    if (pthread_create(&t, NULL, abort_bare, &b)) fail("pthread_create");
+    pthread_join(t, NULL);
+    if (b.rc != ncclSuccess) fail("ncclCommAbort from a bare thread returned %d", (int)b.rc);
+    if (b.before) fail("the new thread had a current context before any CUDA call");
+    if (!mine) fail("the main thread has no current context after cudaSetDevice");
+#ifdef DGC_EMULATED_DEVICE
+    if (b.after) fail("the thread had no current context, and has one after ncclCommAbort");
+#else
+    if (b.after && b.after != mine) fail("ncclCommAbort left a thread without a context on another device's");
+#endif
+    printf("gpu.nccl.%s rank %d: a thread without a current context has %s after ncclCommAbort\n", case_name, rank,
+           !b.after ? "none" : "the communicator's device's");
+    free(g);
+}
+
 /* One process, two communicators on one device: A of this rank alone, with
  * a state, and B of both ranks, whose peer never calls, so that B's
  * compressed call waits (its kernel stuck on the device). Aborting A from a
@@ -1608,6 +1675,7 @@ static const test_case cases[] = {
     /* Threads and waits. */
     {"abort_thread", case_abort_thread, {SPARSE, "DGC_STATS=1"}, NULL},
     {"abort_other", case_abort_other, {SPARSE, "DGC_MIN_RANKS=1", "DGC_STATS=1"}, NULL},
+    {"abort_no_context", case_abort_no_context, {SPARSE, "DGC_STATS=1"}, NULL},
     {"nonblocking_late", case_nonblocking_late, {SPARSE, "DGC_STATS=1"}, NULL},
     {"dense_moved", case_moved, {SPARSE, DENSE, "DGC_MOMENTUM=0.9", "DGC_STATS=1", "DGC_LOG_LEVEL=debug"}, NULL},
 };
