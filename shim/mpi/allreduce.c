@@ -320,7 +320,7 @@ static int node_call(dgc_mpi_node *x, const state_key *key, const void *sb, void
     int local = DGC_PART_FAILED;
     if (view_open(&v, sb, rb, count) == 0) {
         local = find_state(cc, key, &plan, lay->nodes, cfg, &b);
-        if (dgc_mpi_node_reserve(x, count)) {
+        if (dgc_mpi_node_reserve(x, len)) {
             DGC_ERROR("no memory for the node's %llu-element pieces", (unsigned long long)(len * (uint64_t)lay->node_size));
             local = DGC_PART_FAILED;
         }
@@ -358,6 +358,25 @@ static int node_call(dgc_mpi_node *x, const state_key *key, const void *sb, void
     return MPI_SUCCESS;
 }
 
+/* One call in the flat layout: every rank compresses the whole buffer and
+ * exchanges with every other. */
+static int flat_call(dgc_comm *c, const state_key *key, const void *sb, void *rb, uint64_t count, uint64_t step,
+                     MPI_Comm comm, const dgc_config *cfg, dgc_pass_reason *why) {
+    dgc_plan plan;
+    if (dgc_policy_plan(cfg, count, DGC_SUM_F32, step, c->nranks, &plan)) { /* too big for one all-gather */
+        *why = DGC_PASS_LARGE;
+        return DGC_MPI_PASS;
+    }
+    io_view v;
+    dgc_buffer *b = NULL;
+    int local = DGC_PART_FAILED;
+    if (view_open(&v, sb, rb, count) == 0) local = find_state(c, key, &plan, c->nranks, cfg, &b);
+    else DGC_ERROR("no memory for an aligned copy of a misaligned %llu-element buffer", (unsigned long long)count);
+    int rc = dgc_mpi_exchange(c, b, local, v.g, v.work, &plan, comm, cfg);
+    view_close(&v, rc == MPI_SUCCESS);
+    return rc;
+}
+
 /* *why: the reason when it hands the call back (DGC_MPI_PASS). */
 static int compressed(const void *sb, void *rb, uint64_t count, MPI_Comm comm, int nranks, const dgc_config *cfg,
                       dgc_pass_reason *why) {
@@ -379,31 +398,13 @@ static int compressed(const void *sb, void *rb, uint64_t count, MPI_Comm comm, i
     }
     key.dense = moving_dense(c, count, &key, cfg);
     dgc_mpi_node *x = dgc_mpi_node_of(c);
-    if (x && dgc_policy_node_call(dgc_mpi_node_layout(x), count)) {
-        rc = node_call(x, &key, sb, rb, count, comm, cfg, why);
-        if (rc != MPI_SUCCESS) { /* handed back, or failed on every rank: the step goes back, as below */
-            dgc_registry_undo_step(c, count);
-            if (key.by_order) dgc_registry_order_undo(c);
-        }
-        return rc;
-    }
-    dgc_plan plan;
-    if (dgc_policy_plan(cfg, count, DGC_SUM_F32, step, nranks, &plan)) { /* too big for one all-gather */
-        *why = DGC_PASS_LARGE;
-        return DGC_MPI_PASS;
-    }
-    io_view v;
-    dgc_buffer *b = NULL;
-    int local = DGC_PART_FAILED;
-    if (view_open(&v, sb, rb, count) == 0) local = find_state(c, &key, &plan, nranks, cfg, &b);
-    else DGC_ERROR("no memory for an aligned copy of a misaligned %llu-element buffer", (unsigned long long)count);
-    rc = dgc_mpi_exchange(c, b, local, v.g, v.work, &plan, comm, cfg);
-    view_close(&v, rc == MPI_SUCCESS);
+    if (x && dgc_policy_node_call(dgc_mpi_node_layout(x), count)) rc = node_call(x, &key, sb, rb, count, comm, cfg, why);
+    else rc = flat_call(c, &key, sb, rb, count, step, comm, cfg, why);
     /* A failed call changed no state, and it fails on every rank (ranks whose
      * calls disagreed, different counts, fail alike): each gives its own
      * step back, so that the counters meet again and the next well-formed
      * call works, instead of failing for ever on steps taken apart. */
-    if (rc != MPI_SUCCESS) {
+    if (rc != MPI_SUCCESS && rc != DGC_MPI_PASS) {
         dgc_registry_undo_step(c, count);
         if (key.by_order) dgc_registry_order_undo(c);
     }

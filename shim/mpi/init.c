@@ -70,13 +70,13 @@ static void say_active(const dgc_config *cfg) {
     const dgc_comm *world = dgc_mpi_comm_attached(MPI_COMM_WORLD);
     char layout[64];
     dgc_mpi_node_describe(world ? dgc_mpi_node_of(world) : NULL, layout, sizeof layout);
-    static const char *const topology[] = {"auto", "flat", "node"};
+    char key[64], topology[64]; /* the table's own words for them */
+    dgc_option_describe(cfg, DGC_OPT_BUFFER_KEY, key, sizeof key);
+    dgc_option_describe(cfg, DGC_OPT_TOPOLOGY, topology, sizeof topology);
     dgc_log_tagged("INFO", "dgcshim active on %d ranks (%s): DGC_SPARSITY=%g DGC_MOMENTUM=%g DGC_WARMUP_STEPS=%llu "
-                           "DGC_BUFFER_KEY=%s DGC_TOPOLOGY=%s (MPI_COMM_WORLD: %s)%s; DGC_LOG_LEVEL=info shows every "
-                           "setting, error hides this line",
-                   size, lib, cfg->sparsity, cfg->momentum, (unsigned long long)cfg->warmup_steps,
-                   cfg->buffer_key == DGC_KEY_ORDER ? "order" : cfg->buffer_key == DGC_KEY_ADDRESS ? "address" : "auto",
-                   topology[cfg->topology], layout, cfg->enable ? "" : " DGC_ENABLE=0");
+                           "%s %s (MPI_COMM_WORLD: %s)%s; DGC_LOG_LEVEL=info shows every setting, error hides this line",
+                   size, lib, cfg->sparsity, cfg->momentum, (unsigned long long)cfg->warmup_steps, key, topology,
+                   layout, cfg->enable ? "" : " DGC_ENABLE=0");
 }
 
 /* Parses the environment, agrees on it with every rank of MPI_COMM_WORLD and

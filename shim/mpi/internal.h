@@ -112,8 +112,9 @@ const dgc_layout *dgc_mpi_node_layout(const dgc_mpi_node *x);
 dgc_comm *dgc_mpi_node_cross(const dgc_mpi_node *x, MPI_Comm *cross);
 /* "flat" (x NULL) or "node, M nodes x L ranks", for the start-up line. */
 void dgc_mpi_node_describe(const dgc_mpi_node *x, char *buf, size_t len);
-/* Room for an n-element call's pieces: 0, or -1 when memory is short. */
-int dgc_mpi_node_reserve(dgc_mpi_node *x, uint64_t n);
+/* Room for the L pieces of this rank's shard of len elements: 0, or -1
+ * when memory is short. */
+int dgc_mpi_node_reserve(dgc_mpi_node *x, uint64_t len);
 /* MAX of count int64 words over the node, in place. */
 int dgc_mpi_node_agree(const dgc_mpi_node *x, int64_t *words, int count);
 /* *sum: the node's sum of this rank's shard of g (n elements), added in

@@ -158,12 +158,9 @@ dgc_comm *dgc_mpi_node_cross(const dgc_mpi_node *x, MPI_Comm *cross) {
     return dgc_registry_comm_find(x->cross_id);
 }
 
-/* Room for the L pieces of this rank's shard of an n-element call. */
-int dgc_mpi_node_reserve(dgc_mpi_node *x, uint64_t n) {
-    const int L = x->layout.node_size;
-    uint64_t lo, hi;
-    dgc_policy_shard(n, L, x->layout.local, &lo, &hi);
-    size_t need = (size_t)(hi - lo) * (size_t)L * sizeof(float);
+/* Room for the L pieces of this rank's shard, len elements. */
+int dgc_mpi_node_reserve(dgc_mpi_node *x, uint64_t len) {
+    size_t need = (size_t)len * (size_t)x->layout.node_size * sizeof(float);
     if (need == 0) need = sizeof(float);
     if (need <= x->scratch_bytes && need * 4 >= x->scratch_bytes) return 0; /* kept unless far too large */
     dgc_pages_free(x->scratch, x->scratch_bytes);
