@@ -1,7 +1,32 @@
 # Sourced by the scripts that bring an emulated cluster up for one job
-# (smoke.sh, sweep.sh, train_step.sh): the checks, the teardown and the
+# (smoke.sh, sweep.sh, train_step.sh, layouts.sh): the checks, the teardown and the
 # single-rank engine measurement they share. Expects HERE (this folder) and
 # PREFIX (the namespace prefix, dgc) to be set.
+
+# The checks before a cluster comes up, for a script whose hosts run BENCH
+# with SHIM preloaded: root and ip netns (else the script's skip(): exit
+# 77), Open MPI's mpirun, the benchmark and the shim built (else die()), no
+# cluster of another benchmark up. Makes BENCH and SHIM absolute.
+netns_preflight() {
+    [ "$(id -u)" -eq 0 ] || skip "running as uid $(id -u), not root"
+    ip netns list >/dev/null 2>&1 || skip "'ip netns' not supported"
+    command -v mpirun >/dev/null 2>&1 || die "mpirun (Open MPI) is not installed"
+    [ -x "$BENCH" ] || die "no benchmark at $BENCH (build first)"
+    [ -f "$SHIM" ] || die "no shim at $SHIM (build first)"
+    BENCH=$(realpath "$BENCH"); SHIM=$(realpath "$SHIM")
+    ! netns_cluster_up || die "an emulated cluster is already up (another benchmark running?); '$HERE/cluster.sh down' removes it"
+}
+
+# Per-host counters of hosts 0..M-1, "tx0 q0 tx1 q1 ...": eth0 tx bytes
+# (ip -s link) and the root qdisc's Sent bytes (tc -s qdisc).
+netns_snap() { # M
+    local i out=""
+    for ((i = 0; i < $1; i++)); do
+        out+="$(ip -n "$PREFIX$i" -s link show dev eth0 | awk 'f {print $1; exit} $1 == "TX:" {f = 1}') "
+        out+="$(tc -n "$PREFIX$i" -s qdisc show dev eth0 | awk '$1 == "Sent" {print $2; exit}') "
+    done
+    echo "$out"
+}
 
 # True when any namespace of ours exists: another benchmark owns the cluster.
 netns_cluster_up() {

@@ -86,15 +86,9 @@ for l in $LAYOUTS; do [[ $l =~ ^[1-9][0-9]*x[1-9][0-9]*$ ]] || die "bad layout '
 for m in $MODES; do case "$m" in dense|flat|node|auto|shim) ;; *) die "unknown mode '$m'" ;; esac; done
 
 skip() { echo "SKIPPED: layouts.sh needs root and ip netns ($*)"; exit 77; }
-[ "$(id -u)" -eq 0 ] || skip "running as uid $(id -u), not root"
-ip netns list >/dev/null 2>&1 || skip "'ip netns' not supported"
-command -v mpirun >/dev/null 2>&1 || die "mpirun (Open MPI) is not installed"
-[ -x "$BENCH" ] || die "no benchmark at $BENCH (build first)"
-[ -f "$SHIM" ] || die "no shim at $SHIM (build first)"
-BENCH=$(realpath "$BENCH"); SHIM=$(realpath "$SHIM")
 # shellcheck source=common.sh
 . "$HERE/common.sh"
-! netns_cluster_up || die "an emulated cluster is already up (another benchmark running?); '$HERE/cluster.sh down' removes it"
+netns_preflight
 
 mkdir -p "$OUT/logs"
 RUNS=$OUT/runs.csv
@@ -107,15 +101,6 @@ mode_opts() { # MODE -> mpirun options, one a line
     case "$m" in flat|node|auto) printf '%s\n' -x "DGC_TOPOLOGY=$m" ;; esac
 }
 
-# Per-host counters: "tx0 q0 tx1 q1 ..." (eth0 tx bytes, root qdisc Sent bytes).
-snap() { # M
-    local i out=""
-    for ((i = 0; i < $1; i++)); do
-        out+="$(ip -n "$PREFIX$i" -s link show dev eth0 | awk 'f {print $1; exit} $1 == "TX:" {f = 1}') "
-        out+="$(tc -n "$PREFIX$i" -s qdisc show dev eth0 | awk '$1 == "Sent" {print $2; exit}') "
-    done
-    echo "$out"
-}
 sub() { # "a..." "b..." -> b - a, element-wise
     awk -v a="$1" -v b="$2" 'BEGIN { n = split(a, x, " "); split(b, y, " ");
         for (i = 1; i <= n; i++) printf "%s%.0f", (i > 1 ? " " : ""), y[i] - x[i]; print "" }'
@@ -136,12 +121,12 @@ job() { # M L MODE BYTES LOG: JOB_DELTA = per-host deltas "tx0 q0 tx1 q1 ...", J
     # shellcheck disable=SC2206
     [ -n "$MPI_OPTS" ] && opts=($MPI_OPTS)
     mapfile -t -O "${#opts[@]}" opts < <(mode_opts "$mode")
-    s0=$(snap "$m")
+    s0=$(netns_snap "$m")
     JOB_RC=0
     timeout "$JOB_TIMEOUT" "$HERE/run.sh" --ppn "$l" "$m" "${opts[@]+"${opts[@]}"}" -- "$BENCH" \
         --min-bytes "$bytes" --max-bytes "$bytes" --iters "$ITERS" --warmup "$WARMUP" >"$log" 2>&1 || JOB_RC=$?
     [ "$JOB_RC" = 0 ] || reap "$m"
-    s1=$(snap "$m")
+    s1=$(netns_snap "$m")
     JOB_DELTA=$(sub "$s0" "$s1")
 }
 

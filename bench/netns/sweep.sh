@@ -95,15 +95,9 @@ MIN=$(to_bytes "$MIN"); MAX=$(to_bytes "$MAX")
 [[ $WARMUP =~ ^[0-9]+$ ]] || die "--warmup takes an integer >= 0"
 
 skip() { echo "SKIPPED: the netns sweep needs root and ip netns ($*)"; exit 77; }
-[ "$(id -u)" -eq 0 ] || skip "running as uid $(id -u), not root"
-ip netns list >/dev/null 2>&1 || skip "'ip netns' not supported"
-command -v mpirun >/dev/null 2>&1 || die "mpirun (Open MPI) is not installed"
-[ -x "$BENCH" ] || die "no benchmark at $BENCH (build first)"
-[ -f "$SHIM" ] || die "no shim at $SHIM (build first)"
-BENCH=$(realpath "$BENCH"); SHIM=$(realpath "$SHIM")
 # shellcheck source=common.sh
 . "$HERE/common.sh"
-! netns_cluster_up || die "an emulated cluster is already up (another benchmark running?); '$HERE/cluster.sh down' removes it"
+netns_preflight
 
 mkdir -p "$OUT/logs"
 CSV=$OUT/allreduce.csv
@@ -123,15 +117,6 @@ cap_for() { # hosts -> largest size
     echo "$m"
 }
 
-# Per-host counters, space-separated: eth0 tx bytes (ip -s link), qdisc Sent bytes.
-snap() { # N -> "tx0 q0 tx1 q1 ..."
-    local i out=""
-    for ((i = 0; i < $1; i++)); do
-        out+="$(ip -n "$PREFIX$i" -s link show dev eth0 | awk 'f {print $1; exit} $1 == "TX:" {f = 1}') "
-        out+="$(tc -n "$PREFIX$i" -s qdisc show dev eth0 | awk '$1 == "Sent" {print $2; exit}') "
-    done
-    echo "$out"
-}
 # delta of two snaps -> "max_tx mean_tx max_q mean_q" over hosts
 delta() { # N "before" "after"
     awk -v n="$1" -v a="$2" -v b="$3" 'BEGIN {
@@ -149,13 +134,13 @@ job() {
     # shellcheck disable=SC2206
     [ -n "$MPI_OPTS" ] && opts=($MPI_OPTS)
     [ "$mode" = shim ] && opts+=(-x "LD_PRELOAD=$SHIM" -x DGC_STATS=1)
-    s0=$(snap "$n")
+    s0=$(netns_snap "$n")
     if ! timeout "$JOB_TIMEOUT" "$HERE/run.sh" "$n" "${opts[@]+"${opts[@]}"}" -- "$BENCH" \
         --min-bytes "$bytes" --max-bytes "$bytes" --iters "$it" --warmup "$wu" >"$log" 2>&1; then
         cat "$log" >&2
         die "job failed: $n hosts, $mode, $bytes bytes (log $log)"
     fi
-    s1=$(snap "$n")
+    s1=$(netns_snap "$n")
     delta "$n" "$s0" "$s1"
 }
 
