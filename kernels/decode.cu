@@ -511,3 +511,30 @@ extern "C" int dgc_gpu_decode_stateless(const void *gathered, size_t stride, voi
     return 0;
 }
 
+namespace dgc_cuda {
+
+cudaError_t preload_decode(void) {
+    const void *const kernels[] = {
+        (const void *)validate_kernel,
+        (const void *)finalize_kernel,
+        (const void *)nan_kernel<DGC_GPU_F32>,
+        (const void *)nan_kernel<DGC_GPU_F16>,
+        (const void *)nan_kernel<DGC_GPU_BF16>,
+        (const void *)add_kernel,
+        (const void *)sub_kernel,
+        (const void *)sub_dense_kernel,
+        (const void *)keep_dense_kernel,
+        (const void *)average_kernel,
+        (const void *)convert_kernel<DGC_GPU_F16>,
+        (const void *)convert_kernel<DGC_GPU_BF16>,
+        (const void *)mask_kernel,
+        (const void *)finish_kernel,
+        (const void *)flag_only_kernel,
+        (const void *)stateless_kernel<DGC_GPU_F32>,
+        (const void *)stateless_kernel<DGC_GPU_F16>,
+        (const void *)stateless_kernel<DGC_GPU_BF16>,
+    };
+    return preload(kernels, sizeof kernels / sizeof kernels[0]);
+}
+
+} // namespace dgc_cuda
