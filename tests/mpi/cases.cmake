@@ -256,7 +256,7 @@ mpi_case(memory_budget ${LIFE_ADDRESS} -e DGC_MAX_STATE_MB=12 --times 4 "would p
 # and nothing lost.
 mpi_case(memory_budget_mixed --check $<TARGET_FILE:lifetime_check> -e DGC_SAMPLE_RATIO=1 -e DGC_SPARSITY=0.99
          -e DGC_BUFFER_KEY=address
-         --split DGC_MAX_STATE_MB=0,4 -- budget --n 300000 --mixed 1)
+         --split DGC_MAX_STATE_MB=0,2 -- budget --n 120000 --mixed 1)
 # Resident memory during and after warm-up against docs/memory.md's formula.
 mpi_case(memory_formula --check $<TARGET_FILE:lifetime_check> -e DGC_MOMENTUM=0.9 -e DGC_WARMUP_STEPS=8
          -- memory --n 4194304 --warmup 8 --momentum 0.9 --sparsity 0.999)
