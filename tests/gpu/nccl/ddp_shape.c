@@ -156,18 +156,24 @@ static float *host_pool[POOL];
 static unsigned char *dev_slot(long step, int b) { return dev_pool[(b + step) % POOL] + (step % 3) * 64; }
 static float *host_slot(long step, int b) { return host_pool[(b + step) % POOL] + (step % 3) * 16; }
 
+/* fresh == SHARED: the caching allocator's steady state when a bucket's
+ * tensor is freed (its all-reduce done) before the next one is made: the
+ * same block for buckets 0 and 2 every step, another for bucket 1; each
+ * bucket copied in, all-reduced and copied back in turn. */
+#define SHARED 2
+
 /* Copies bucket b in (to 1) or back out of (to 0) its fresh buffer; nothing
  * without fresh. Outside any group: a grouped collective is enqueued at
  * ncclGroupEnd, after whatever the stream got inside the group. */
 static void fresh_copy(unsigned char *x, long n, long step, int b, int in, cudaStream_t s) {
     if (!tc->fresh) return;
-    unsigned char *y = dev_slot(step, b);
+    unsigned char *y = tc->fresh == SHARED ? dev_pool[b == 1] : dev_slot(step, b);
     const size_t bytes = (size_t)n * esize;
     CUDA_OK(cudaMemcpyAsync(in ? y : x, in ? x : y, bytes, cudaMemcpyDeviceToDevice, s));
 }
 
 static void nccl_bucket(unsigned char *x, long n, long step, int b, ncclComm_t comm, cudaStream_t s) {
-    unsigned char *y = tc->fresh ? dev_slot(step, b) : x;
+    unsigned char *y = tc->fresh == SHARED ? dev_pool[b == 1] : tc->fresh ? dev_slot(step, b) : x;
     NCCL_OK(ncclAllReduce(y, y, (size_t)n, tc->bf16 ? ncclBfloat16 : ncclFloat32, ncclSum, comm, s));
 }
 
@@ -175,6 +181,17 @@ static void nccl_bucket(unsigned char *x, long n, long step, int b, ncclComm_t c
 static void nccl_step(unsigned char *dev, long step, ncclComm_t comm, cudaStream_t s) {
     const int grouped = rank == tc->group_rank;
     const int nb = step == 0 ? 1 : NBUCKETS;
+    if (tc->fresh == SHARED) { /* one bucket after another: copy in, all-reduce, copy back */
+        long at = 0;
+        for (int b = 0; b < nb; b++) {
+            const long n = step == 0 ? ALL : bucket[b];
+            fresh_copy(dev + at * esize, n, step, b, 1, s);
+            nccl_bucket(dev + at * esize, n, step, b, comm, s);
+            fresh_copy(dev + at * esize, n, step, b, 0, s);
+            at += n;
+        }
+        return;
+    }
     for (int pass = 0; pass < 3; pass++) { /* copy in, all-reduce (grouped or not), copy back */
         if (pass == 1 && grouped) NCCL_OK(ncclGroupStart());
         long at = 0;
@@ -193,7 +210,10 @@ static void nccl_step(unsigned char *dev, long step, ncclComm_t comm, cudaStream
 static float *mpi_arena;
 
 static void mpi_bucket(float *x, long at, long n, long step, int b) {
-    float *y = tc->mpi_new ? mpi_arena + step * ALL + at : tc->fresh ? host_slot(step, b) : x + at;
+    float *y = tc->mpi_new           ? mpi_arena + step * ALL + at
+               : tc->fresh == SHARED ? host_pool[b == 1]
+               : tc->fresh           ? host_slot(step, b)
+                                     : x + at;
     if (y != x + at) memcpy(y, x + at, (size_t)n * sizeof(float));
     if (MPI_Allreduce(MPI_IN_PLACE, y, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
         fail("MPI_Allreduce failed");
@@ -431,6 +451,10 @@ static const test_case cases[] = {
      * by order on both paths: the NCCL path still equals the MPI path. */
     {.name = "ddp_shape_fresh", .env = {DDP, "DGC_BUFFER_KEY=order"}, .group_rank = -1, .fresh = 1},
     {.name = "ddp_shape_fresh_groups", .env = {DDP, "DGC_BUFFER_KEY=order"}, .group_rank = 1, .fresh = 1},
+    /* The same under the caching allocator's steady state: buckets 0 and 2
+     * in one block every step (SHARED). */
+    {.name = "ddp_shape_fresh_shared", .env = {DDP60, "DGC_BUFFER_KEY=order"}, .group_rank = -1, .fresh = SHARED,
+     .steps = 60},
     /* DDP's rebuild at new addresses: step 0's bucket in A, every later
      * step's buckets in B, allocated after step 0; A stays allocated and is
      * written every step (activations), never all-reduced again. */
