@@ -512,6 +512,7 @@ extern "C" int dgc_gpu_compress(dgc_gpu_state *s, const void *g, void *out, dgc_
 
     init_kernel<<<1, kThreads, 0, st>>>(sc, s->v2, ns, sp.count, sp.want);
     CHECK("launching the compression's init");
+    s->last_step = p->step + 1; /* what the decode's done_step will say (dgc_gpu_state_kept_fits) */
     if (p->clip_norm > 0) {
         cudaError_t e = launch_clip(s, g, dtype, p, st);
         if (e != cudaSuccess) return fail(err, errlen, "launching the clipping sum", e);

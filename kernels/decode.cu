@@ -236,18 +236,32 @@ __global__ void __launch_bounds__(kThreads) mask_kernel(const scratch *sc, const
     }
 }
 
+/* What the host may learn of the kept sum once the step is done
+ * (dgc_gpu_state_kept_fits): done_step last, after a system fence, so that
+ * a host that sees it sees the rest. */
+__device__ void tell_host(const scratch *sc, dgc_gpu_state_mapped *m, uint64_t step) {
+    m->kept_kind = sc->prev_kind;
+    m->kept_k = sc->prev_k;
+    m->kept_nranks = sc->prev_nranks;
+    m->kept_step = sc->prev_step;
+    __threadfence_system();
+    m->done_step = step + 1;
+}
+
 /* Commit: flip the committed half (no other thread of this kernel reads
  * cur), and note how this step's sum is kept for the next compensation:
  * the gathered payloads copied (PREV_SPARSE), or already in prev_dense
- * (PREV_DENSE). */
+ * (PREV_DENSE). Committed or not, the host hears that the step is done. */
 __global__ void __launch_bounds__(kThreads) finish_kernel(scratch *sc, const unsigned long long *gathered,
                                                           unsigned long long *prev, uint64_t words, uint64_t k,
-                                                          int nranks, int keep, uint64_t step) {
-    if (sc->dec_mode != DEC_OK) return;
-    if (keep == PREV_SPARSE)
+                                                          int nranks, int keep, uint64_t step,
+                                                          dgc_gpu_state_mapped *m) {
+    const bool ok = sc->dec_mode == DEC_OK;
+    if (ok && keep == PREV_SPARSE)
         for (uint64_t w = blockIdx.x * (uint64_t)kThreads + threadIdx.x; w < words; w += (uint64_t)gridDim.x * kThreads)
             prev[w] = gathered[w];
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    if (ok) {
         sc->cur ^= 1;
         if (keep != PREV_NONE) {
             sc->prev_kind = keep;
@@ -256,6 +270,7 @@ __global__ void __launch_bounds__(kThreads) finish_kernel(scratch *sc, const uns
             sc->prev_step = step;
         }
     }
+    tell_host(sc, m, step);
 }
 
 __global__ void flag_only_kernel(void *payload, uint32_t flags, uint64_t step, uint64_t n, uint64_t k) {
@@ -370,7 +385,7 @@ int launch_decode_tail(dgc_gpu_state *s, void *out, float *acc, dgc_gpu_dtype dt
     const uint64_t words = keep == PREV_SPARSE ? (uint64_t)nranks * dgc_wire_bytes(k) / 8 : 0;
     finish_kernel<<<words ? grid_for(words, s->sms, 8) : 1, kThreads, 0, st>>>(
         sc, static_cast<const unsigned long long *>(s->gathered), static_cast<unsigned long long *>(s->prev), words, k,
-        nranks, keep, p->step);
+        nranks, keep, p->step, s->mapped_dev);
     CHECK("launching the commit");
     return 0;
 }

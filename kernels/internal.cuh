@@ -143,8 +143,10 @@ struct dgc_gpu_state {
     float *prev_dense;       /* n, when keep_prev and dense */
     float *spare;            /* nranks, when dense: the dense sum's elements past its blocks */
     dgc_cuda::scratch *sc;
-    unsigned long long *nonfinite_host; /* mapped: steps dropped, for dgc_gpu_state_nonfinite */
-    unsigned long long *nonfinite_dev;
+    dgc_gpu_state_mapped *mapped_host, *mapped_dev; /* what the kernels tell the host */
+    unsigned long long *nonfinite_host; /* &mapped_host->nonfinite: steps dropped, for dgc_gpu_state_nonfinite */
+    unsigned long long *nonfinite_dev;  /* &mapped_dev->nonfinite */
+    uint64_t last_step;      /* the step of the latest compression enqueued (plus 1; 0: none yet) */
     /* After a compress: which keys/vals buffer holds the sorted selection
      * (the sort decides on the host), for the decode's masking. */
     int sorted;

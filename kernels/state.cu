@@ -162,6 +162,28 @@ int shape_ok(const dgc_gpu_shape *sh, char *err, size_t errlen) {
     return 0;
 }
 
+/* The warm-up's end (dgc_gpu_state_resize): the committed halves of v and u
+ * into the new block's first halves, and what the scratch keeps from call
+ * to call (which half is committed: now the first; how the last sum is
+ * kept). The rest of the new scratch was zeroed as a new state's. */
+__global__ void __launch_bounds__(kThreads) move_kernel(const scratch *from, scratch *to, const float *v2,
+                                                        const float *u2, float *nv2, float *nu2, uint64_t ns,
+                                                        uint64_t n) {
+    const int cur = from->cur;
+    const float *v = v2 + (cur ? ns : 0);
+    const float *u = u2 ? u2 + (cur ? ns : 0) : nullptr;
+    for (uint64_t i = blockIdx.x * (uint64_t)kThreads + threadIdx.x; i < n; i += (uint64_t)gridDim.x * kThreads) {
+        nv2[i] = v[i];
+        if (u) nu2[i] = u[i];
+    }
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    to->cur = 0;
+    to->prev_kind = from->prev_kind;
+    to->prev_nranks = from->prev_nranks;
+    to->prev_k = from->prev_k;
+    to->prev_step = from->prev_step;
+}
+
 } // namespace
 
 extern "C" {
@@ -190,6 +212,56 @@ static cudaError_t alloc_block(dgc_gpu_state *s, size_t bytes, cudaStream_t st) 
     s->block = NULL;
     e = cudaMalloc(&s->block, bytes);
     if (e != cudaSuccess) s->block = NULL;
+    return e;
+}
+
+/* The state's arrays in its block, at the plan's offsets. */
+static void carve(dgc_gpu_state *s, const layout *lp) {
+    const layout &l = *lp;
+    const dgc_gpu_shape *shape = &s->shape;
+    char *b = (char *)s->block;
+    s->v2 = (float *)(b + l.v2);
+    s->u2 = shape->with_momentum ? (float *)(b + l.u2) : NULL;
+    s->acc = shape->dtype != DGC_GPU_F32 ? (float *)(b + l.acc) : NULL;
+    s->cand_idx = (uint32_t *)(b + l.cand_idx);
+    s->cand_val = (float *)(b + l.cand_val);
+    s->cand_cap = l.cap;
+    s->keys[0] = (uint32_t *)(b + l.keys0);
+    s->keys[1] = s->cand_idx;
+    s->vals[0] = (float *)(b + l.vals0);
+    s->vals[1] = s->cand_val;
+    s->sort_temp = b + l.temp;
+    s->sort_temp_bytes = l.temp_bytes;
+    s->payload = b + l.payload;
+    s->gathered = b + l.gathered;
+    s->prev = shape->keep_prev && shape->sparse_k ? b + l.prev : NULL;
+    s->prev_dense = shape->keep_prev && shape->dense ? (float *)(b + l.prev_dense) : NULL;
+    s->spare = shape->dense ? (float *)(b + l.spare) : NULL;
+    const bool compact = shape->value_bits && shape->sparse_k;
+    s->wire = compact ? b + l.wire : s->payload;
+    s->wire_gathered = compact ? b + l.wire_gathered : s->gathered;
+    s->popc = compact ? (unsigned long long *)(b + l.popc) : NULL;
+    s->popc_sum = compact ? (unsigned long long *)(b + l.popc_sum) : NULL;
+    s->codes = compact ? (rank_code *)(b + l.codes) : NULL;
+    s->scan_temp = compact ? b + l.scan_temp : NULL;
+    s->scan_temp_bytes = l.scan_temp_bytes;
+    s->wire_room = l.wire_room;
+    s->sc = (scratch *)(b + l.sc);
+}
+
+static cudaError_t zero_block(dgc_gpu_state *s, cudaStream_t st) {
+    cudaError_t e;
+    if ((e = cudaMemsetAsync(s->block, 0, s->bytes, st)) != cudaSuccess ||
+        (e = cudaMemsetAsync(&s->sc->bad_key, 0xff, sizeof s->sc->bad_key, st)) != cudaSuccess)
+        return e;
+    return cudaMemsetAsync(&s->sc->code_bad_key, 0xff, sizeof s->sc->code_bad_key, st);
+}
+
+/* The mapped memory's device address, and the counter within it. */
+static cudaError_t map_counter(dgc_gpu_state *s) {
+    s->nonfinite_host = &s->mapped_host->nonfinite;
+    cudaError_t e = cudaHostGetDevicePointer((void **)&s->mapped_dev, s->mapped_host, 0);
+    if (e == cudaSuccess) s->nonfinite_dev = &s->mapped_dev->nonfinite;
     return e;
 }
 
@@ -234,59 +306,31 @@ dgc_gpu_state *dgc_gpu_state_create_with(const dgc_gpu_shape *shape, dgc_cuda_st
         return NULL;
     }
     if (counter) {
-        s->nonfinite_host = (unsigned long long *)counter;
+        s->mapped_host = (dgc_gpu_state_mapped *)counter;
         s->counter_given = 1;
-    } else if ((e = cudaHostAlloc((void **)&s->nonfinite_host, sizeof *s->nonfinite_host, cudaHostAllocMapped)) !=
+    } else if ((e = cudaHostAlloc((void **)&s->mapped_host, sizeof *s->mapped_host, cudaHostAllocMapped)) !=
                cudaSuccess) {
         fail(err, errlen, "cudaHostAlloc of the state's counter", e);
-        s->nonfinite_host = NULL;
+        s->mapped_host = NULL;
         discard(s, st);
         return NULL;
     }
-    *s->nonfinite_host = 0;
-    if ((e = cudaHostGetDevicePointer((void **)&s->nonfinite_dev, s->nonfinite_host, 0)) != cudaSuccess) {
+    memset(s->mapped_host, 0, sizeof *s->mapped_host);
+    if ((e = map_counter(s)) != cudaSuccess) {
         fail(err, errlen, "cudaHostGetDevicePointer of the state's counter", e);
         discard(s, st);
         return NULL;
     }
-    char *b = (char *)s->block;
-    s->v2 = (float *)(b + l.v2);
-    s->u2 = shape->with_momentum ? (float *)(b + l.u2) : NULL;
-    s->acc = shape->dtype != DGC_GPU_F32 ? (float *)(b + l.acc) : NULL;
-    s->cand_idx = (uint32_t *)(b + l.cand_idx);
-    s->cand_val = (float *)(b + l.cand_val);
-    s->cand_cap = l.cap;
-    s->keys[0] = (uint32_t *)(b + l.keys0);
-    s->keys[1] = s->cand_idx;
-    s->vals[0] = (float *)(b + l.vals0);
-    s->vals[1] = s->cand_val;
-    s->sort_temp = b + l.temp;
-    s->sort_temp_bytes = l.temp_bytes;
-    s->payload = b + l.payload;
-    s->gathered = b + l.gathered;
-    s->prev = shape->keep_prev && shape->sparse_k ? b + l.prev : NULL;
-    s->prev_dense = shape->keep_prev && shape->dense ? (float *)(b + l.prev_dense) : NULL;
-    s->spare = shape->dense ? (float *)(b + l.spare) : NULL;
-    const bool compact = shape->value_bits && shape->sparse_k;
-    s->wire = compact ? b + l.wire : s->payload;
-    s->wire_gathered = compact ? b + l.wire_gathered : s->gathered;
-    s->popc = compact ? (unsigned long long *)(b + l.popc) : NULL;
-    s->popc_sum = compact ? (unsigned long long *)(b + l.popc_sum) : NULL;
-    s->codes = compact ? (rank_code *)(b + l.codes) : NULL;
-    s->scan_temp = compact ? b + l.scan_temp : NULL;
-    s->scan_temp_bytes = l.scan_temp_bytes;
-    s->wire_room = l.wire_room;
-    s->sc = (scratch *)(b + l.sc);
+    carve(s, &l);
     /* Zero state (v = u = 0, cur = 0, nothing kept), and no bad slot yet. */
-    if ((e = cudaMemsetAsync(s->block, 0, l.total, st)) != cudaSuccess ||
-        (e = cudaMemsetAsync(&s->sc->bad_key, 0xff, sizeof s->sc->bad_key, st)) != cudaSuccess ||
-        (e = cudaMemsetAsync(&s->sc->code_bad_key, 0xff, sizeof s->sc->code_bad_key, st)) != cudaSuccess) {
+    if ((e = zero_block(s, st)) != cudaSuccess) {
         fail(err, errlen, "zeroing a new GPU state", e);
         discard(s, st);
         return NULL;
     }
     return s;
 }
+
 
 void dgc_gpu_state_destroy(dgc_gpu_state *s) {
     if (!s) return;
@@ -304,6 +348,97 @@ void *dgc_gpu_state_release(dgc_gpu_state *s, dgc_cuda_stream stream) {
     void *counter = s->nonfinite_host;
     free(s);
     return counter;
+}
+
+int dgc_gpu_state_kept_fits(const dgc_gpu_state *s, const dgc_gpu_shape *shape) {
+    const volatile dgc_gpu_state_mapped *m = s->mapped_host;
+    if (m->done_step != s->last_step) return 0; /* some step still on its way: it may keep another sum */
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);    /* the rest was written before done_step */
+    switch (m->kept_kind) {
+    case PREV_NONE: return 1;
+    case PREV_SPARSE:
+        return shape->keep_prev && shape->sparse_k >= m->kept_k && shape->nranks == m->kept_nranks;
+    default: return shape->keep_prev && shape->dense;
+    }
+}
+
+/* A block given back after the work on st: in stream order from a memory
+ * pool; else (no pools: the emulated device) by cudaFree after a wait for
+ * st, where cudaFree alone might not wait for the copies out of it. */
+static void free_block(void *block, int pooled, cudaStream_t st) {
+    if (pooled) {
+        (void)cudaFreeAsync(block, st);
+        return;
+    }
+    (void)cudaStreamSynchronize(st);
+    (void)cudaFree(block);
+}
+
+/* Only k, sparse_k and the dense room may change. */
+static int same_buffer(const dgc_gpu_shape *a, const dgc_gpu_shape *b) {
+    return a->n == b->n && a->nranks == b->nranks && a->with_momentum == b->with_momentum &&
+           a->keep_prev == b->keep_prev && a->dtype == b->dtype && a->value_bits == b->value_bits;
+}
+
+/* The new state's content from s's, on st: the committed halves and the
+ * scratch's kept fields (move_kernel), then the kept sum, as the mapped
+ * memory says it is kept (every step is done: dgc_gpu_state_kept_fits). */
+static cudaError_t move_content(const dgc_gpu_state *s, dgc_gpu_state *t, cudaStream_t st) {
+    move_kernel<<<grid_for(s->shape.n, s->sms, 8), kThreads, 0, st>>>(s->sc, t->sc, s->v2, s->u2, t->v2, t->u2,
+                                                                      s->ns, s->shape.n);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    const volatile dgc_gpu_state_mapped *m = s->mapped_host;
+    if (m->kept_kind == PREV_SPARSE && t->prev)
+        return cudaMemcpyAsync(t->prev, s->prev, (size_t)m->kept_nranks * dgc_wire_bytes(m->kept_k),
+                               cudaMemcpyDeviceToDevice, st);
+    if (m->kept_kind == PREV_DENSE && t->prev_dense)
+        return cudaMemcpyAsync(t->prev_dense, s->prev_dense, s->shape.n * sizeof(float), cudaMemcpyDeviceToDevice,
+                               st);
+    return cudaSuccess;
+}
+
+dgc_gpu_state *dgc_gpu_state_resize(dgc_gpu_state *s, const dgc_gpu_shape *shape, dgc_cuda_stream stream,
+                                    char *err, size_t errlen) {
+    if (shape_ok(shape, err, errlen)) return NULL;
+    if (!same_buffer(&s->shape, shape)) {
+        fail_msg(err, errlen, "dgc_gpu_state_resize: only k, sparse k and the dense room may change");
+        return NULL;
+    }
+    cudaStream_t st = (cudaStream_t)stream;
+    layout l;
+    cudaError_t e = plan(shape, &l);
+    dgc_gpu_state *t = e == cudaSuccess ? (dgc_gpu_state *)calloc(1, sizeof *t) : NULL;
+    if (!t) {
+        if (e == cudaSuccess) fail_msg(err, errlen, "no host memory for a GPU state");
+        else fail(err, errlen, "sizing the sort's scratch", e);
+        return NULL;
+    }
+    t->shape = *shape;
+    t->sms = s->sms;
+    t->bytes = l.total;
+    t->ns = s->ns;
+    if ((e = alloc_block(t, l.total, st)) != cudaSuccess) {
+        fail(err, errlen, "allocating a resized state", e);
+        free(t);
+        return NULL;
+    }
+    carve(t, &l);
+    if ((e = zero_block(t, st)) != cudaSuccess || (e = move_content(s, t, st)) != cudaSuccess) {
+        free_block(t->block, t->pooled, st);
+        free(t);
+        fail(err, errlen, "moving a state into its resized block", e);
+        return NULL;
+    }
+    t->mapped_host = s->mapped_host;
+    t->mapped_dev = s->mapped_dev;
+    t->nonfinite_host = s->nonfinite_host;
+    t->nonfinite_dev = s->nonfinite_dev;
+    t->counter_given = s->counter_given;
+    t->last_step = s->last_step;
+    free_block(s->block, s->pooled, st);
+    free(s);
+    return t;
 }
 
 const dgc_gpu_shape *dgc_gpu_state_shape(const dgc_gpu_state *s) { return &s->shape; }

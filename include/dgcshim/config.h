@@ -19,6 +19,9 @@ typedef enum {
     DGC_LOG_DEBUG = 3
 } dgc_log_level;
 
+/* A number variable's "auto" (DGC_MAX_STATE_MB). */
+#define DGC_UINT_AUTO UINT64_MAX
+
 /* The longest text value (a path) a variable takes, with its NUL. */
 #define DGC_TEXT_MAX 1024
 
@@ -37,7 +40,7 @@ typedef struct dgc_config {
     int stats;               /* DGC_STATS */
     int compensate;          /* DGC_COMPENSATE */
     uint64_t state_idle_calls; /* DGC_STATE_IDLE_CALLS, 0 = never */
-    uint64_t max_state_mb;   /* DGC_MAX_STATE_MB, 0 = no limit */
+    uint64_t max_state_mb;   /* DGC_MAX_STATE_MB, 0 = no limit, DGC_UINT_AUTO = auto (dgc_state_budget) */
     int transport;           /* DGC_TRANSPORT, a dgc_transport */
     uint64_t value_bits;     /* DGC_VALUE_BITS: 16 (scaled binary16, wire_compact.h) or 32 (fp32) */
     uint64_t stats_every;    /* DGC_STATS_EVERY, 0 = only at exit */
@@ -152,6 +155,10 @@ void dgc_option_describe(const dgc_config *cfg, dgc_option opt, char *buf, size_
 
 /* Writes "DGC_ENABLE=1 DGC_SPARSITY=0.999 ..." (every option) into buf. */
 void dgc_config_describe(const dgc_config *cfg, char *buf, size_t len);
+
+/* This rank's budget for states in bytes (0: none): DGC_MAX_STATE_MB, or
+ * auto_bytes, the front end's own, where it is auto. */
+size_t dgc_config_state_budget(const dgc_config *cfg, size_t auto_bytes);
 
 /* The process-wide configuration the interposers read. It reads as disabled
  * (enable = 0) until dgc_config_install() runs, so nothing is compressed

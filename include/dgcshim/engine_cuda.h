@@ -128,15 +128,45 @@ size_t dgc_gpu_state_footprint(const dgc_gpu_shape *shape);
  * nothing left allocated; err then says what failed. */
 dgc_gpu_state *dgc_gpu_state_create(const dgc_gpu_shape *shape, dgc_cuda_stream stream, char *err, size_t errlen);
 
-/* The same, its step counter (dgc_gpu_state_nonfinite) in counter: mapped
- * pinned host memory of 8 bytes, zeroed here, that stays the caller's
- * (NULL: the state allocates its own). */
+/* What a state's kernels tell the host, in mapped pinned memory: the steps
+ * dropped (dgc_gpu_state_nonfinite), and how the last committed step's sum
+ * is kept for the compensation (dgc_gpu_state_kept_fits). done_step is
+ * written last, after every decode, committed or not: 1 + its step. */
+typedef struct {
+    unsigned long long nonfinite;
+    unsigned long long kept_step, kept_k;
+    int kept_kind; /* 0 nothing kept, 1 gathered payloads of kept_k slots, 2 a dense vector */
+    int kept_nranks;
+    unsigned long long done_step;
+} dgc_gpu_state_mapped;
+
+/* The same, its dgc_gpu_state_mapped in counter: mapped pinned host memory
+ * of that size, zeroed here, that stays the caller's (NULL: the state
+ * allocates its own). */
 dgc_gpu_state *dgc_gpu_state_create_with(const dgc_gpu_shape *shape, dgc_cuda_stream stream, void *counter,
                                          char *err, size_t errlen);
 
 /* Waits for the device to finish with the state, then frees it (tests,
  * benchmarks). */
 void dgc_gpu_state_destroy(dgc_gpu_state *s);
+
+/* 1 when every step enqueued on s has finished its decode (as far as the
+ * mapped memory shows: no wait) and what s keeps for the compensation fits
+ * a state of shape: nothing, payloads of at most shape->sparse_k slots from
+ * as many ranks, or a dense vector where shape keeps one. Then
+ * dgc_gpu_state_resize(s, shape) loses nothing. */
+int dgc_gpu_state_kept_fits(const dgc_gpu_state *s, const dgc_gpu_shape *shape);
+
+/* The warm-up's end: a state of shape (s's but for a smaller k, sparse_k or
+ * no dense room), holding s's committed residual and momentum, its kept sum
+ * and its mapped memory, made on stream after whatever stream already
+ * holds (the caller orders s's last work before it); s's block is freed in
+ * stream order (without memory pools, as on the emulated device: by
+ * cudaFree after a wait for stream) and s is gone. NULL, s untouched, when
+ * device memory is short or the shapes differ otherwise. The caller has
+ * checked dgc_gpu_state_kept_fits. */
+dgc_gpu_state *dgc_gpu_state_resize(dgc_gpu_state *s, const dgc_gpu_shape *shape, dgc_cuda_stream stream,
+                                    char *err, size_t errlen);
 
 /* Frees the state without a host wait: its block in stream order on stream
  * (which the caller has made wait for the state's last work), or, without

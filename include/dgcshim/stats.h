@@ -46,9 +46,13 @@ void dgc_stats_add(dgc_buffer_stats *a, const dgc_buffer_stats *b);
  * then mark. */
 void dgc_stats_label(const void *buf, const void *send, const char *mark, char *out, size_t len);
 
-/* The column header and one row of the report. */
+/* The column header and one row of the report. state_bytes: the memory the
+ * row's live state holds now (device memory on the GPU path), printed as
+ * "-" when DGC_STATS_NO_BYTES (a freed state's row). */
+#define DGC_STATS_NO_BYTES SIZE_MAX
 void dgc_stats_header(char *buf, size_t len);
-void dgc_stats_row(const char *label, uint64_t count, const dgc_buffer_stats *s, char *buf, size_t len);
+void dgc_stats_row(const char *label, uint64_t count, const dgc_buffer_stats *s, size_t state_bytes, char *buf,
+                   size_t len);
 
 #ifdef __cplusplus
 }

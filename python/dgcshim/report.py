@@ -79,29 +79,33 @@ def last_ratio(s):
 
 
 def header():
-    return "%-18s %12s %8s %9s %14s %12s %9s %10s %11s %15s" % (
+    return "%-18s %12s %8s %9s %14s %12s %9s %10s %11s %12s %15s" % (
         "buffer", "count", "calls", "nonfinite", "dense_bytes", "wire_bytes", "ratio", "last_ratio", "engine_ms",
-        "transport")
+        "state_bytes", "transport")
 
 
-def row(label, count, s):
+def row(label, count, s, held=None):
+    """held: the live state's bytes now, None for a freed one ("-"); files
+    written before they were kept say nothing of them."""
     last = "%.1fx" % last_ratio(s) if count else "-"
     reduce = s.get("reduce_transport", 0)
     transport = "s%d/d%d" % (s["calls"] - s["dense_transport"] - reduce, s["dense_transport"])
     if reduce:
         transport += "/r%d" % reduce
-    return "%-18s %12d %8d %9d %14d %12d %8.1fx %10s %11.3f %15s" % (
+    return "%-18s %12d %8d %9d %14d %12d %8.1fx %10s %11.3f %12s %15s" % (
         label, count, s["calls"], s["nonfinite"], s["dense_bytes"], s["wire_bytes"], ratio(s), last,
-        s["engine_seconds"] * 1e3, transport)
+        s["engine_seconds"] * 1e3, "-" if held is None else "%d" % held, transport)
 
 
 def table(rec):
     """The exit report's STATS lines for one line of a stats file."""
     lines = [header()]
     total = {k: 0 for k in SUMMED}
-    freed = 0
+    freed = held = 0
     for b in rec["buffers"]:
-        lines.append(row(b["buffer"] + ("" if b["live"] else "*"), b["count"], b))
+        live = b["live"] and "state_bytes" in b
+        lines.append(row(b["buffer"] + ("" if b["live"] else "*"), b["count"], b, b["state_bytes"] if live else None))
+        held += b["state_bytes"] if live else 0
         for k in SUMMED:
             total[k] += b.get(k, 0)
         freed += not b["live"]
@@ -110,7 +114,7 @@ def table(rec):
         lines.append(row("freed(%d)" % u["states"], 0, u))
         for k in SUMMED:
             total[k] += u.get(k, 0)
-    lines.append(row("total", 0, total))
+    lines.append(row("total", 0, total, held))
     if freed:
         lines.append("*: %d buffer%s whose states were freed before this report (communicator freed, or idle for "
                      "DGC_STATE_IDLE_CALLS calls)" % (freed, "" if freed == 1 else "s"))
@@ -126,6 +130,9 @@ def table(rec):
     m = rec["memory"]
     lines.append("memory: %d bytes in %d live states (released %d), peak %d bytes" % (
         m["bytes"], m["live_states"], m["released_states"], m["peak_bytes"]))
+    if m.get("device_peak_bytes"):
+        lines.append("device memory of the GPU states: %d bytes now, peak %d bytes" % (
+            m["device_bytes"], m["device_peak_bytes"]))
     return lines
 
 

@@ -42,6 +42,8 @@ static const char *const transport_names[] = {"auto", "sparse", "dense", "reduce
 static const char *const key_names[] = {"auto", "address", "order", NULL}; /* dgc_buffer_key order */
 static const char *const topology_names[] = {"auto", "flat", "node", NULL}; /* dgc_topology order */
 static const double widths[] = {16, 32, 0};
+/* KIND_UINT with names: the one word it also takes, stored as DGC_UINT_AUTO. */
+static const char *const auto_word[] = {"auto", NULL};
 
 static const option_desc options[DGC_OPT_COUNT] = {
     [DGC_OPT_ENABLE] = {"DGC_ENABLE", KIND_BOOL, "1", 0, 1, 0, 0, "0 or 1", 1, OFF(enable)},
@@ -68,8 +70,8 @@ static const option_desc options[DGC_OPT_COUNT] = {
                                   "integer in [0, 10^12], 0 = never", 1, OFF(state_idle_calls)},
     /* Per rank: a rank over its budget says so in its payload header, so
      * ranks with different budgets still decide every call alike. */
-    [DGC_OPT_MAX_STATE_MB] = {"DGC_MAX_STATE_MB", KIND_UINT, "0", 0, 1e9, 0, 0,
-                              "integer in [0, 10^9], 0 = no limit", 0, OFF(max_state_mb)},
+    [DGC_OPT_MAX_STATE_MB] = {"DGC_MAX_STATE_MB", KIND_UINT, "auto", 0, 1e9, 0, 0,
+                              "auto or an integer in [0, 10^9], 0 = no limit", 0, OFF(max_state_mb), auto_word},
     [DGC_OPT_TRANSPORT] = {"DGC_TRANSPORT", KIND_CHOICE, "auto", 0, 3, 0, 0, "auto, sparse, dense or reduce", 1,
                            OFF(transport), transport_names, NULL},
     /* 16: each payload's values as binary16 under one power-of-two scale
@@ -106,7 +108,8 @@ static const char *const summaries[DGC_OPT_COUNT] = {
     [DGC_OPT_STATS] = "1: print per-buffer statistics on rank 0 at MPI_Finalize (or exit)",
     [DGC_OPT_COMPENSATE] = "return S_t - m S_{t-1} so that an unmodified SGD with momentum m applies DGC's update",
     [DGC_OPT_STATE_IDLE_CALLS] = "free a buffer's state after this many calls without it; 0 = never",
-    [DGC_OPT_MAX_STATE_MB] = "this rank's memory budget for states, in MiB; 0 = no limit",
+    [DGC_OPT_MAX_STATE_MB] = "this rank's memory budget for states, in MiB; 0 = no limit; auto: a quarter of the "
+                             "GPU's memory on the NCCL path, no limit on the MPI path",
     [DGC_OPT_TRANSPORT] = "how the selected pairs travel: per call the fewer bytes, or forced",
     [DGC_OPT_VALUE_BITS] = "bits per value on the wire: 16 (scaled binary16) or 32 (fp32)",
     [DGC_OPT_BUFFER_KEY] = "what a buffer's residual follows: its address (auto: summed densely where it keeps "
@@ -197,6 +200,10 @@ static int parse_text(dgc_config *cfg, const option_desc *o, const char *text) {
 
 static int parse_one(dgc_config *cfg, const option_desc *o, const char *text) {
     if (o->kind == KIND_TEXT) return parse_text(cfg, o, text);
+    if (o->kind == KIND_UINT && o->names && strcasecmp(skip_space(text), o->names[0]) == 0) {
+        *(uint64_t *)field(cfg, o) = DGC_UINT_AUTO; /* beyond every range: no double holds it exactly */
+        return 1;
+    }
     double x = 0;
     int ok = o->kind == KIND_CHOICE ? parse_choice(o, text, &x) : parse_number(o, text, &x);
     if (!ok || !in_range(o, x)) return 0;
@@ -383,11 +390,16 @@ static int describe_one(const dgc_config *cfg, const option_desc *o, char *buf, 
     case KIND_BOOL: return snprintf(buf, len, "%s=%d", o->name, *(const int *)p);
     case KIND_CHOICE: return snprintf(buf, len, "%s=%s", o->name, o->names[*(const int *)p]);
     case KIND_UINT:
+        if (o->names && *(const uint64_t *)p == DGC_UINT_AUTO) return snprintf(buf, len, "%s=%s", o->name, o->names[0]);
         return snprintf(buf, len, "%s=%llu", o->name, (unsigned long long)*(const uint64_t *)p);
     case KIND_REAL: return describe_real(o->name, *(const double *)p, buf, len);
     case KIND_TEXT: return snprintf(buf, len, "%s=%s", o->name, (const char *)p);
     }
     return 0;
+}
+
+size_t dgc_config_state_budget(const dgc_config *cfg, size_t auto_bytes) {
+    return cfg->max_state_mb == DGC_UINT_AUTO ? auto_bytes : (size_t)cfg->max_state_mb << 20;
 }
 
 void dgc_option_describe(const dgc_config *cfg, dgc_option opt, char *buf, size_t len) {

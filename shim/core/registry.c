@@ -66,6 +66,11 @@ static void add_bytes(size_t add, size_t sub) {
     if (totals.bytes > totals.peak_bytes) totals.peak_bytes = totals.bytes;
 }
 
+static void add_device_bytes(size_t add, size_t sub) {
+    totals.device_bytes = totals.device_bytes + add - sub;
+    if (totals.device_bytes > totals.device_peak_bytes) totals.device_peak_bytes = totals.device_bytes;
+}
+
 static size_t reserve_bytes_of(const dgc_comm *c) {
     return dgc_pages_footprint(c->head * ((size_t)c->nranks + 1)) + sizeof *c + sizeof *c->counters;
 }
@@ -228,6 +233,7 @@ static void release_buffer(dgc_buffer *b);
 static void detach_buffer(dgc_buffer *b, detached *d) {
     totals.live_states--;
     add_bytes(0, b->bytes);
+    add_device_bytes(0, b->gpu_bytes);
     if (grow((void **)&d->at, &d->cap, d->len + 1, sizeof *d->at) == 0)
         d->at[d->len++] = b;
     else /* no memory to list it: released under the lock after all */
@@ -429,8 +435,8 @@ void dgc_registry_set_count_dense(dgc_comm *c, uint64_t count) {
 /* ---- buffers ---- */
 
 static int idle(const dgc_buffer *b, const void *ctx) {
-    const uint64_t *limit = ctx; /* {calls now, idle calls} */
-    return !b->pinned && limit[0] - b->last_call > limit[1];
+    const uint64_t *limit = ctx; /* {calls now, idle calls, epoch now, idle epochs} */
+    return !b->pinned && (limit[0] - b->last_call > limit[1] || limit[2] - b->epoch > limit[3]);
 }
 
 typedef struct {
@@ -470,9 +476,9 @@ int dgc_registry_growth_first(dgc_comm *c) {
     return 1;
 }
 
-uint64_t dgc_registry_free_idle(dgc_comm *c, uint64_t idle_calls) {
-    if (idle_calls == 0 || c->calls <= idle_calls) return 0;
-    uint64_t limit[2] = {c->calls, idle_calls};
+static uint64_t free_unused_for(dgc_comm *c, uint64_t idle_calls, uint64_t idle_epochs) {
+    if (c->calls <= idle_calls && c->epoch <= idle_epochs) return 0;
+    uint64_t limit[4] = {c->calls, idle_calls, c->epoch, idle_epochs};
     detached d = {0};
     pthread_mutex_lock(&lock);
     uint64_t freed = detach_where(c->id, idle, limit, &d);
@@ -480,6 +486,14 @@ uint64_t dgc_registry_free_idle(dgc_comm *c, uint64_t idle_calls) {
     pthread_mutex_unlock(&lock);
     release_detached(&d);
     return freed;
+}
+
+uint64_t dgc_registry_free_idle(dgc_comm *c, uint64_t idle_calls) {
+    return idle_calls ? free_unused_for(c, idle_calls, DGC_IDLE_EPOCHS) : 0;
+}
+
+uint64_t dgc_registry_free_stale(dgc_comm *c, uint64_t idle_calls) {
+    return idle_calls ? free_unused_for(c, idle_calls, 1) : 0;
 }
 
 uint64_t dgc_registry_counts_at(dgc_comm *c, const void *send, const void *buf) {
@@ -501,7 +515,11 @@ dgc_buffer *dgc_registry_find(dgc_comm *c, const void *send, const void *buf, ui
         if (b->comm == c->id && b->send == send && b->buf == buf && b->count == count) found = b;
     }
     pthread_mutex_unlock(&lock);
-    if (found) found->last_call = c->calls;
+    if (found) {
+        found->last_call = c->calls;
+        if (found->epoch == c->epoch) c->epoch++; /* found twice in one epoch: a new step */
+        found->epoch = c->epoch;
+    }
     if (found && !c->reuse_call) {
         c->reuse_call = c->calls;
         c->reuse_created = c->created;
@@ -523,6 +541,7 @@ static int add_entry(dgc_comm *c, dgc_buffer *b) {
     if (ok) {
         buffers[nbuffers++] = b;
         add_bytes(b->bytes, 0);
+        add_device_bytes(b->gpu_bytes, 0);
         totals.live_states++;
         c->live++;
         c->created++;
@@ -541,6 +560,7 @@ dgc_create_result dgc_registry_adopt(dgc_comm *c, const void *send, const void *
     b->buf = buf;
     b->count = count;
     b->last_call = c->calls;
+    b->epoch = c->epoch;
     b->gpu = gpu;
     b->gpu_bytes = gpu_bytes;
     b->gpu_release = release;
@@ -572,6 +592,7 @@ dgc_create_result dgc_registry_create(dgc_comm *c, const void *send, const void 
     b->buf = buf;
     b->count = count;
     b->last_call = c->calls;
+    b->epoch = c->epoch;
     b->bytes = buffer_bytes(b);
     if (add_entry(c, b)) {
         dgc_state_destroy(b->state);
@@ -648,6 +669,17 @@ void dgc_registry_account(dgc_buffer *b) {
     pthread_mutex_unlock(&lock);
 }
 
+void dgc_registry_gpu_moved(dgc_buffer *b, void *gpu, size_t gpu_bytes) {
+    pthread_mutex_lock(&lock);
+    add_device_bytes(gpu_bytes, b->gpu_bytes);
+    b->gpu = gpu;
+    b->gpu_bytes = gpu_bytes;
+    const size_t now = buffer_bytes(b);
+    add_bytes(now, b->bytes);
+    b->bytes = now;
+    pthread_mutex_unlock(&lock);
+}
+
 void dgc_registry_each(void (*fn)(const dgc_buffer *b, void *ctx), void *ctx) {
     pthread_mutex_lock(&lock);
     for (size_t i = 0; i < nbuffers; i++) fn(buffers[i], ctx);
@@ -660,7 +692,7 @@ void dgc_registry_each_row(void (*fn)(const dgc_report_row *r, void *ctx), void 
     for (size_t i = 0; i < nbuffers; i++) {
         const dgc_buffer *b = buffers[i];
         dgc_report_row row = {.send = b->send, .buf = b->buf, .count = b->count, .states = 1, .live = 1,
-                              .stats = b->stats};
+                              .bytes = b->bytes, .device_bytes = b->gpu_bytes, .stats = b->stats};
         dgc_report_row *r = released_row_of(b->send, b->buf, b->count);
         size_t at = r ? (size_t)(r - released_rows) : 0;
         if (r && merged && !merged[at]) { /* one live entry takes it, should two communicators share a key */

@@ -56,6 +56,11 @@ typedef struct {
     size_t head;         /* the largest payload exchanged in one all-gather (a multiple of 8) */
     void *reserve;       /* head bytes to send + nranks * head to receive, reserved ahead */
     uint64_t live, created; /* buffer states on it now, and ever */
+    /* Its steps as its calls show them: advanced when an entry is found
+     * again within the current epoch (a buffer reduced twice means a new
+     * step began). Buffers reduced once a step see it advance once a step
+     * (twice for one reduced twice), whatever the buffers without state. */
+    uint64_t epoch;
     uint64_t reuse_call, reuse_created; /* calls and created at the first call that found its state (0: none yet) */
     int growth_warned, budget_warned, fusion_warned;
     int table_full_warned;
@@ -76,6 +81,7 @@ typedef struct dgc_buffer {
     const void *buf;  /* the output buffer: where the gradient comes back */
     uint64_t count;
     uint64_t last_call; /* the communicator's call count at its latest use */
+    uint64_t epoch;     /* the communicator's epoch at its latest use */
     dgc_state *state;
     void *payload;    /* this rank's payload */
     void *gathered;   /* the dense sum, kept for compensation after a dense-transport step */
@@ -213,8 +219,17 @@ void dgc_registry_set_count_dense(dgc_comm *c, uint64_t count);
 int dgc_registry_growth_first(dgc_comm *c);
 
 /* Frees the states on c unused for more than idle_calls of its calls (0:
- * never), pinned ones aside. Returns how many were freed. */
+ * never), or, sooner, for more than DGC_IDLE_EPOCHS of its epochs (whole
+ * steps), pinned ones aside. Returns how many were freed. The second limit
+ * frees what a program stopped reducing (DDP's step-0 bucket, the buckets a
+ * rebuild left behind) after a few steps rather than idle_calls calls. */
+#define DGC_IDLE_EPOCHS 4
 uint64_t dgc_registry_free_idle(dgc_comm *c, uint64_t idle_calls);
+
+/* Under memory pressure, before a new state is refused (idle_calls not 0):
+ * frees the states on c that missed a whole epoch, pinned ones aside.
+ * Returns how many were freed. */
+uint64_t dgc_registry_free_stale(dgc_comm *c, uint64_t idle_calls);
 
 /* Frees the entries on c, pinned ones aside, for which drop says so (called
  * under the registry's lock: drop must not call into the registry). Returns
@@ -272,6 +287,10 @@ void dgc_registry_keep_wire(dgc_buffer *b, const dgc_compact_layout *code, uint6
 /* Re-reads the memory an entry holds into the totals. */
 void dgc_registry_account(dgc_buffer *b);
 
+/* The entry's GPU state is now gpu, holding gpu_bytes (moved into a block
+ * of another size by the front end, which freed the old one). */
+void dgc_registry_gpu_moved(dgc_buffer *b, void *gpu, size_t gpu_bytes);
+
 /* Calls fn for every live buffer entry, in creation order. */
 void dgc_registry_each(void (*fn)(const dgc_buffer *b, void *ctx), void *ctx);
 
@@ -287,6 +306,8 @@ typedef struct {
     uint64_t count;
     uint64_t states;  /* states that held this key: freed ones, plus 1 if live */
     int live;         /* a live entry has this key */
+    size_t bytes;     /* the live entry's memory now (device memory included), 0 when none is live */
+    size_t device_bytes; /* of those, its GPU state's device memory */
     dgc_buffer_stats stats; /* the live entry's and the freed states' together */
 } dgc_report_row;
 
@@ -344,6 +365,7 @@ typedef struct {
     uint64_t released_unkeyed_states;
     uint64_t live_states;
     size_t bytes, peak_bytes;  /* memory held by states and exchange buffers (reserves included) */
+    size_t device_bytes, device_peak_bytes; /* of those, the GPU states' device memory */
     uint64_t passthrough;      /* pass-through calls, counted only when statistics are on */
     uint64_t passthrough_bytes; /* their bytes (count times the type's size) */
     uint64_t passthrough_by[DGC_PASS_REASONS]; /* of the pass-through calls, those for each reason */

@@ -15,6 +15,7 @@
  * (its communicator freed, or idle) is marked with a '*'. */
 typedef struct {
     dgc_buffer_stats total;
+    size_t bytes; /* the live states' */
     uint64_t freed_rows;
 } report_acc;
 
@@ -22,9 +23,10 @@ static void print_row(const dgc_report_row *r, void *ctx) {
     report_acc *acc = ctx;
     char label[48], row[288];
     dgc_stats_label(r->buf, r->send, r->live ? "" : "*", label, sizeof label);
-    dgc_stats_row(label, r->count, &r->stats, row, sizeof row);
+    dgc_stats_row(label, r->count, &r->stats, r->live ? r->bytes : DGC_STATS_NO_BYTES, row, sizeof row);
     dgc_log_tagged("STATS", "%s", row);
     dgc_stats_add(&acc->total, &r->stats);
+    acc->bytes += r->bytes;
     acc->freed_rows += !r->live;
 }
 
@@ -39,11 +41,11 @@ void dgc_stats_report(void) {
     if (t.released_unkeyed_states) { /* past DGC_RELEASED_ROWS keys */
         char label[32];
         snprintf(label, sizeof label, "freed(%llu)", (unsigned long long)t.released_unkeyed_states);
-        dgc_stats_row(label, 0, &t.released_unkeyed, row, sizeof row);
+        dgc_stats_row(label, 0, &t.released_unkeyed, DGC_STATS_NO_BYTES, row, sizeof row);
         dgc_log_tagged("STATS", "%s", row);
         dgc_stats_add(&acc.total, &t.released_unkeyed);
     }
-    dgc_stats_row("total", 0, &acc.total, row, sizeof row);
+    dgc_stats_row("total", 0, &acc.total, acc.bytes, row, sizeof row);
     dgc_log_tagged("STATS", "%s", row);
     if (acc.freed_rows)
         dgc_log_tagged("STATS", "*: %llu buffer%s whose states were freed before this report (communicator freed, "
@@ -72,6 +74,9 @@ void dgc_stats_report(void) {
     dgc_log_tagged("STATS", "memory: %llu bytes in %llu live states (released %llu), peak %llu bytes",
                    (unsigned long long)t.bytes, (unsigned long long)t.live_states,
                    (unsigned long long)t.released_states, (unsigned long long)t.peak_bytes);
+    if (t.device_peak_bytes)
+        dgc_log_tagged("STATS", "device memory of the GPU states: %llu bytes now, peak %llu bytes",
+                       (unsigned long long)t.device_bytes, (unsigned long long)t.device_peak_bytes);
 }
 
 void dgc_report_pass_reasons(const dgc_registry_totals *t, char *buf, size_t len) {

@@ -40,12 +40,14 @@ void dgc_stats_label(const void *buf, const void *send, const char *mark, char *
 }
 
 void dgc_stats_header(char *buf, size_t len) {
-    snprintf(buf, len, "%-18s %12s %8s %9s %14s %12s %9s %10s %11s %15s", "buffer", "count", "calls", "nonfinite",
-             "dense_bytes", "wire_bytes", "ratio", "last_ratio", "engine_ms", "transport");
+    snprintf(buf, len, "%-18s %12s %8s %9s %14s %12s %9s %10s %11s %12s %15s", "buffer", "count", "calls", "nonfinite",
+             "dense_bytes", "wire_bytes", "ratio", "last_ratio", "engine_ms", "state_bytes", "transport");
 }
 
-void dgc_stats_row(const char *label, uint64_t count, const dgc_buffer_stats *s, char *buf, size_t len) {
-    char last[16] = "-";
+void dgc_stats_row(const char *label, uint64_t count, const dgc_buffer_stats *s, size_t state_bytes, char *buf,
+                   size_t len) {
+    char last[16] = "-", held[24] = "-";
+    if (state_bytes != DGC_STATS_NO_BYTES) snprintf(held, sizeof held, "%zu", state_bytes);
     if (count) snprintf(last, sizeof last, "%.1fx", dgc_stats_last_ratio(s));
     /* The transport column: calls by the sparse all-gather / by the dense
      * one, then / by the reduce transport where some went by it. */
@@ -58,8 +60,8 @@ void dgc_stats_row(const char *label, uint64_t count, const dgc_buffer_stats *s,
     /* Calls by the node layout: @MxL, the buffer's row then being this rank's shard. */
     if (s->node_calls && w > 0 && (size_t)w < sizeof transport)
         snprintf(transport + w, sizeof transport - (size_t)w, "@%ux%u", (unsigned)s->nodes, (unsigned)s->node_size);
-    snprintf(buf, len, "%-18s %12llu %8llu %9llu %14llu %12llu %8.1fx %10s %11.3f %15s", label,
+    snprintf(buf, len, "%-18s %12llu %8llu %9llu %14llu %12llu %8.1fx %10s %11.3f %12s %15s", label,
              (unsigned long long)count, (unsigned long long)s->calls, (unsigned long long)s->nonfinite,
              (unsigned long long)s->dense_bytes, (unsigned long long)s->wire_bytes, dgc_stats_ratio(s), last,
-             s->engine_seconds * 1e3, transport);
+             s->engine_seconds * 1e3, held, transport);
 }

@@ -64,8 +64,10 @@ static void put_row(const dgc_report_row *r, void *ctx) {
     rows_ctx *c = ctx;
     char label[48];
     dgc_stats_label(r->buf, r->send, "", label, sizeof label);
-    put(c->l, "%s{\"buffer\":\"%s\",\"count\":%llu,\"live\":%s,\"states\":%llu,", c->first ? "" : ",", label,
-        (unsigned long long)r->count, r->live ? "true" : "false", (unsigned long long)r->states);
+    put(c->l, "%s{\"buffer\":\"%s\",\"count\":%llu,\"live\":%s,\"states\":%llu,\"state_bytes\":%llu,"
+              "\"device_bytes\":%llu,",
+        c->first ? "" : ",", label, (unsigned long long)r->count, r->live ? "true" : "false",
+        (unsigned long long)r->states, (unsigned long long)r->bytes, (unsigned long long)r->device_bytes);
     put_stats(c->l, &r->stats);
     double density = r->count && r->stats.calls ? (double)r->stats.last_k / (double)r->count : 0;
     put(c->l, ",\"last_density\":%.6g,\"last_transport\":\"%s\"}", density,
@@ -88,9 +90,11 @@ static void put_totals(line *l, const dgc_registry_totals *t) {
         put(l, "%s\"%s\":%llu", i ? "," : "", causes[i], (unsigned long long)t->failed[i]);
     put(l, "},\"freed_unkeyed\":{\"states\":%llu,", (unsigned long long)t->released_unkeyed_states);
     put_stats(l, &t->released_unkeyed);
-    put(l, "},\"memory\":{\"bytes\":%llu,\"live_states\":%llu,\"released_states\":%llu,\"peak_bytes\":%llu}}\n",
+    put(l, "},\"memory\":{\"bytes\":%llu,\"live_states\":%llu,\"released_states\":%llu,\"peak_bytes\":%llu,"
+           "\"device_bytes\":%llu,\"device_peak_bytes\":%llu}}\n",
         (unsigned long long)t->bytes, (unsigned long long)t->live_states, (unsigned long long)t->released_states,
-        (unsigned long long)t->peak_bytes);
+        (unsigned long long)t->peak_bytes, (unsigned long long)t->device_bytes,
+        (unsigned long long)t->device_peak_bytes);
 }
 
 static const char *env(const char *name) { return getenv(name); }

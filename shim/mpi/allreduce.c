@@ -189,13 +189,17 @@ static int find_state(dgc_comm *c, const state_key *key, const dgc_plan *plan, i
     if (*b) return DGC_PART_STATE;
     const int momentum = cfg->momentum > 0;
     const size_t est = state_estimate(plan, nranks, cfg);
-    size_t budget = (size_t)cfg->max_state_mb << 20;
+    const size_t budget = dgc_config_state_budget(cfg, 0); /* auto: host memory is not the GPU's to share */
     dgc_create_result r = dgc_registry_create(c, key->send, key->buf, p->n, momentum, est, budget, b);
+    /* States that missed a whole step first (buffers a program no longer
+     * reduces), then the budget's verdict. */
+    if (r == DGC_OVER_BUDGET && dgc_registry_free_stale(c, cfg->state_idle_calls))
+        r = dgc_registry_create(c, key->send, key->buf, p->n, momentum, est, budget, b);
     if (r == DGC_OVER_BUDGET) {
         if (!c->budget_warned++)
             DGC_WARN("a new %llu-element buffer would pass DGC_MAX_STATE_MB=%llu: summed densely on every rank "
                  "(no state for it) while memory is short; said once per communicator",
-                     (unsigned long long)p->n, (unsigned long long)cfg->max_state_mb);
+                     (unsigned long long)p->n, (unsigned long long)(budget >> 20));
         return DGC_PART_DENSE;
     }
     if (r == DGC_NO_MEMORY) {

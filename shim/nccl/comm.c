@@ -51,6 +51,21 @@ static void free_ext(void *ext) {
     free(x);
 }
 
+/* DGC_MAX_STATE_MB=auto on the NCCL path: a quarter of the device's memory.
+ * The states are made in the first backward pass, before PyTorch makes its
+ * optimizer's state: without a ceiling they could take what the framework
+ * needs next, and it would run out of memory where the shim cannot help. A
+ * buffer over the budget is summed densely instead (nccl/call.c's vote). */
+static void set_auto_budget(dgc_nccl_comm *x) {
+    size_t free_bytes = 0, total = 0;
+    if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
+        (void)cudaGetLastError();
+        DGC_DEBUG("cudaMemGetInfo failed: DGC_MAX_STATE_MB=auto sets no budget on this communicator");
+        total = 0;
+    }
+    x->auto_budget = total / DGC_NCCL_AUTO_BUDGET_PART;
+}
+
 /* What every call on the communicator needs besides its state, made once:
  * the shim's own stream, the chain's event, the mapped report. 0, or -1
  * (logged): the record stays open and the rank takes part in every
@@ -69,7 +84,10 @@ static int set_up(dgc_nccl_comm *x) {
         e = cudaErrorMemoryAllocation;
         what = "mapped pinned host memory for the device's report";
     }
-    if (!what) return 0;
+    if (!what) {
+        set_auto_budget(x);
+        return 0;
+    }
     (void)cudaGetLastError();
     DGC_ERROR("an NCCL communicator's setup failed: no %s (%s); this rank takes part in its compressed calls "
               "flagged, so they fail on every rank (output NaN, ncclSystemError)",

@@ -37,7 +37,7 @@ static void print_row(const dgc_buffer *b, void *ctx) {
     if (b->comm != *(const uint64_t *)ctx) return;
     char label[48], row[288];
     dgc_stats_label(b->buf, b->send, "", label, sizeof label);
-    dgc_stats_row(label, b->count, &b->stats, row, sizeof row);
+    dgc_stats_row(label, b->count, &b->stats, b->bytes, row, sizeof row);
     dgc_log_tagged("STATS", "%s", row);
 }
 

@@ -114,9 +114,13 @@ typedef struct {
     uint64_t bad_counted;     /* report->bad_steps counted in the statistics */
     uint64_t bad_undone;      /* report->bad_steps whose step was given back */
     uint64_t saturated_seen;  /* report->saturated counted in the statistics */
+    size_t auto_budget;       /* DGC_MAX_STATE_MB=auto: device memory / DGC_NCCL_AUTO_BUDGET_PART (0: none) */
     uint64_t retired;         /* states retired because a new buffer overlapped them */
     int retire_warned;
 } dgc_nccl_comm;
+
+/* DGC_MAX_STATE_MB=auto's share of the device's memory: 1 / this. */
+#define DGC_NCCL_AUTO_BUDGET_PART 4
 
 static inline dgc_nccl_comm *dgc_nccl_ext(dgc_comm *c) { return (dgc_nccl_comm *)c->ext; }
 

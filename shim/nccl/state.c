@@ -38,7 +38,7 @@ static void release_gpu(dgc_buffer *b) {
         DGC_DEBUG("a state's memory is left allocated: the communicator's last work cannot be waited for");
     } else {
         void *counter = dgc_gpu_state_release(s, x->own);
-        dgc_nccl_mapped_put(counter, sizeof(unsigned long long), after);
+        dgc_nccl_mapped_put(counter, sizeof(dgc_gpu_state_mapped), after);
     }
     dgc_device_leave(&g);
 }
@@ -51,6 +51,37 @@ static int fits(const dgc_gpu_shape *have, const dgc_gpu_shape *want) {
 }
 
 static int is_entry(const dgc_buffer *b, const void *ctx) { return b == ctx; }
+
+/* Worth a move: what scales with k at least halved, or the dense room gone. */
+static int much_smaller(const dgc_gpu_shape *have, const dgc_gpu_shape *want) {
+    return 2 * want->k <= have->k || 2 * want->sparse_k <= have->sparse_k || (have->dense && !want->dense);
+}
+
+/* The warm-up's end, in stages: a state sized for an earlier step's larger
+ * k (the warm-up's first is the largest: candidates, sort buffers and
+ * payloads scale with it) or for dense steps that no longer come moves into
+ * a block sized for this step's shape, so that the warm-up's scratch goes
+ * back to the pool. Only once every step enqueued on it is done and what it
+ * keeps for the compensation fits the new shape (dgc_gpu_state_kept_fits):
+ * nothing changes but where the state lives, on every rank alike or not (a
+ * rank that moves later, or never, decides nothing differently). */
+static void shrink(dgc_nccl_call *k, dgc_buffer *b, const dgc_gpu_shape *want) {
+    const dgc_gpu_shape *have = dgc_gpu_state_shape(b->gpu);
+    if (!much_smaller(have, want) || !dgc_gpu_state_kept_fits(b->gpu, want)) return;
+    const size_t before = dgc_gpu_state_bytes(b->gpu);
+    char err[256] = "";
+    dgc_gpu_state *s = dgc_gpu_state_resize(b->gpu, want, k->stream, err, sizeof err);
+    if (!s) {
+        (void)cudaGetLastError();
+        DGC_DEBUG("the state of a %llu-element buffer stays at %zu bytes: %s", (unsigned long long)k->count, before,
+                  err);
+        return;
+    }
+    dgc_registry_gpu_moved(b, s, dgc_gpu_state_bytes(s));
+    DGC_DEBUG("the state of a %llu-element buffer moved from %zu to %zu bytes of device memory (k %llu, sparse k "
+              "%llu, dense room %d)", (unsigned long long)k->count, before, dgc_gpu_state_bytes(s),
+              (unsigned long long)want->k, (unsigned long long)want->sparse_k, want->dense);
+}
 
 /* Byte ranges of the new buffer: output, and send when not in place. */
 typedef struct {
@@ -133,7 +164,7 @@ dgc_buffer *dgc_nccl_state_get(dgc_nccl_call *k, const dgc_config *cfg) {
     dgc_policy_outlook(dgc_nccl_planning_config(cfg, &spare), k->count, dgc_gpu_sum_type_of(k->gpu_dtype),
                        k->plan.p.step, c->nranks, &want.sparse_k, &want.dense);
     k->lack = DGC_NCCL_LACK_NONE;
-    k->footprint = dgc_gpu_state_footprint(&want);
+    k->footprint = 0;
     /* A run takes a communicator's calls one round at a time: a buffer is
      * never pinned by another call here (the same buffer twice in a group
      * is two calls in turn, as without the group). */
@@ -145,20 +176,34 @@ dgc_buffer *dgc_nccl_state_get(dgc_nccl_call *k, const dgc_config *cfg) {
     dgc_registry_free_idle(c, cfg->state_idle_calls);
     if (b) {
         b->pinned = 1;
+        shrink(k, b, &want);
         return b;
     }
     if (!by_order) retire_overlapping(k, key);
-    if (!dgc_registry_within_budget(k->footprint, (size_t)cfg->max_state_mb << 20)) {
-        DGC_DEBUG("the state of a new %llu-element buffer (%zu bytes) would pass DGC_MAX_STATE_MB=%llu on this rank",
-                  (unsigned long long)k->count, k->footprint, (unsigned long long)cfg->max_state_mb);
+    /* Sized here, once per state made, not on every call: it asks cub for
+     * the sort's scratch at every k a warm-up can use (log2 k queries). */
+    k->footprint = dgc_gpu_state_footprint(&want);
+    const size_t budget = dgc_config_state_budget(cfg, dgc_nccl_ext(c)->auto_budget);
+    /* States that missed a whole step go first when this one would not fit
+     * (DDP's step-0 bucket, the buckets a rebuild left behind). */
+    if (!dgc_registry_within_budget(k->footprint, budget)) dgc_registry_free_stale(c, cfg->state_idle_calls);
+    if (!dgc_registry_within_budget(k->footprint, budget)) {
+        DGC_DEBUG("the state of a new %llu-element buffer (%zu bytes) would pass this rank's budget of %zu MiB "
+                  "(DGC_MAX_STATE_MB%s)",
+                  (unsigned long long)k->count, k->footprint, budget >> 20,
+                  cfg->max_state_mb == DGC_UINT_AUTO ? "=auto: a quarter of the device's memory" : "");
         k->lack = DGC_NCCL_LACK_BUDGET;
         return NULL;
     }
     char err[256] = "";
-    void *counter = dgc_nccl_mapped_get(sizeof(unsigned long long));
+    void *counter = dgc_nccl_mapped_get(sizeof(dgc_gpu_state_mapped));
     dgc_gpu_state *s = counter ? dgc_gpu_state_create_with(&want, k->stream, counter, err, sizeof err) : NULL;
+    if (counter && !s && dgc_registry_free_stale(c, cfg->state_idle_calls)) {
+        (void)cudaGetLastError();
+        s = dgc_gpu_state_create_with(&want, k->stream, counter, err, sizeof err);
+    }
     if (!counter) snprintf(err, sizeof err, "no mapped pinned host memory for its counter");
-    else if (!s) dgc_nccl_mapped_put(counter, sizeof(unsigned long long), NULL);
+    else if (!s) dgc_nccl_mapped_put(counter, sizeof(dgc_gpu_state_mapped), NULL);
     if (!s) {
         (void)cudaGetLastError(); /* handled here: the flagged payload's launches must not read it as theirs */
         DGC_DEBUG("no device memory for the state of a %llu-element buffer (%zu bytes: %s)",
@@ -167,7 +212,7 @@ dgc_buffer *dgc_nccl_state_get(dgc_nccl_call *k, const dgc_config *cfg) {
         return NULL;
     }
     if (dgc_registry_adopt(c, key, place, k->count, s, dgc_gpu_state_bytes(s), release_gpu, &b) != DGC_CREATED) {
-        dgc_nccl_mapped_put(dgc_gpu_state_release(s, k->stream), sizeof(unsigned long long), NULL);
+        dgc_nccl_mapped_put(dgc_gpu_state_release(s, k->stream), sizeof(dgc_gpu_state_mapped), NULL);
         DGC_DEBUG("no host memory for the entry of a %llu-element buffer", (unsigned long long)k->count);
         k->lack = DGC_NCCL_LACK_HOST;
         return NULL;

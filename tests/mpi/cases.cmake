@@ -240,6 +240,11 @@ mpi_case(fusion_buffer_warned ${LIFE} --times 4 "a fusion buffer that packs diff
 mpi_case(two_counts_one_buffer_not_warned ${LIFE} --times 0 "a fusion buffer"
          -- fusion --n 40000 --buffers 2 --rounds 3)
 # States unused for DGC_STATE_IDLE_CALLS calls are freed: memory stays bounded.
+# DDP's bucket rebuild: the step-0 buffer's state goes after a few steps
+# (DGC_IDLE_EPOCHS), not DGC_STATE_IDLE_CALLS calls; the control keeps it.
+mpi_case(rebuild_state_freed ${LIFE_ADDRESS} -- rebuild --n 20000 --rounds 8)
+mpi_case(rebuild_state_kept_control ${LIFE_ADDRESS} -e DGC_STATE_IDLE_CALLS=0 -- rebuild --n 20000 --rounds 8
+         --expect-kept 1)
 mpi_case(idle_states_freed ${LIFE_ADDRESS} -e DGC_STATE_IDLE_CALLS=10 -e DGC_STATS=1 --asan quarantine_size_mb=0
          --grep "memory: [0-9]+ bytes in ([0-9]|1[01]) live states \\(released 6[89]\\)"
          -- idle --n 262144 --buffers 40 --rounds 2 --idle 10)

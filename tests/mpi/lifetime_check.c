@@ -35,6 +35,14 @@
  *       fresh allocation at step 3 (--back: and back at step 4): every
  *       rank's output stays the same bytes at every step
  *
+ *   lifetime_check rebuild --n N --rounds R [--expect-kept 1]
+ *       DDP's bucket rebuild: step 0 reduces one buffer of every
+ *       gradient (4N elements), the R steps after it three buckets of
+ *       their own (N, N + 1, 2N - 1 elements) elsewhere; then the step-0
+ *       buffer once more: its state must have been freed within a few
+ *       steps (DGC_IDLE_EPOCHS), long before DGC_STATE_IDLE_CALLS calls,
+ *       so the call starts afresh (--expect-kept: the control, under
+ *       DGC_STATE_IDLE_CALLS=0, where it must not)
  *   lifetime_check churn --n N --rounds R
  *       R rounds of MPI_Comm_dup, one compressed call, MPI_Comm_free: the
  *       handles MPI gives out must not climb (communicators left behind)
@@ -55,7 +63,7 @@
 typedef struct {
     long n, buffers, rounds, idle, warmup;
     double sparsity, momentum;
-    int shared_out, mixed, fresh, back, expect_differ;
+    int shared_out, mixed, fresh, back, expect_differ, expect_kept;
     const char *free_how;
 } options;
 
@@ -69,6 +77,15 @@ static void expect_fresh(const float *out, long n, long k, long step, int ranks,
         if (memcmp(&out[i], &want[i], sizeof(float)) != 0)
             fail("%s: element %ld is %.9g, fresh state gives %.9g (state carried over?)", what, i, out[i], want[i]);
     free(want);
+}
+
+/* 1 when out is what a fresh state gives for step's gradients. */
+static int is_fresh(const float *out, long n, long k, long step, int ranks) {
+    float *want = malloc((size_t)n * sizeof *want);
+    first_step_reference(n, k, ranks, grad_at_step, &step, want);
+    int same = memcmp(out, want, (size_t)n * sizeof *want) == 0;
+    free(want);
+    return same;
 }
 
 /* ---- a released communicator's handle reused ---- */
@@ -186,6 +203,35 @@ static void mode_idle(const options *o) {
     if (rank == 0) printf("PASS idle: %ld buffers x %ld rounds, peak growth %.1f MiB (bound %.1f, all %ld live: %.1f)\n",
                           nb, o->rounds, grown, bound, nb, nb * state_mb);
     free(in);
+}
+
+/* ---- DDP's bucket rebuild ---- */
+static void mode_rebuild(const options *o) {
+    const long n = o->n, all = 4 * n, counts[3] = {n, n + 1, 2 * n - 1};
+    float *first = malloc((size_t)all * sizeof *first), *buckets = malloc((size_t)all * sizeof *buckets);
+    fill_grad(first, rank, 0, all);
+    MPI_Allreduce(MPI_IN_PLACE, first, (int)all, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    for (long s = 1; s <= o->rounds; s++) {
+        long at = 0;
+        for (int b = 0; b < 3; b++) {
+            fill_grad(buckets + at, rank, s, counts[b]);
+            MPI_Allreduce(MPI_IN_PLACE, buckets + at, (int)counts[b], MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            at += counts[b];
+        }
+    }
+    const long step = o->rounds + 1;
+    fill_grad(first, rank, step, all);
+    MPI_Allreduce(MPI_IN_PLACE, first, (int)all, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    check_identical(first, all, MPI_COMM_WORLD, "rebuild");
+    const int fresh_now = is_fresh(first, all, k_for(all, 1 - o->sparsity), step, nranks);
+    if (fresh_now == o->expect_kept)
+        fail("the step-0 buffer after %ld steps of rebuilt buckets %s", o->rounds,
+             o->expect_kept ? "started afresh: its state was freed" : "found its old state (not freed as idle)");
+    if (rank == 0)
+        printf("PASS rebuild: the step-0 buffer's state %s after %ld steps (%ld calls)\n",
+               o->expect_kept ? "kept" : "freed", o->rounds, 3 * o->rounds + 1);
+    free(first);
+    free(buckets);
 }
 
 /* ---- the memory budget ---- */
@@ -458,6 +504,7 @@ static void parse(int argc, char **argv, options *o) {
         else if (!strcmp(k, "--fresh")) o->fresh = atoi(v);
         else if (!strcmp(k, "--back")) o->back = atoi(v);
         else if (!strcmp(k, "--expect-differ")) o->expect_differ = atoi(v);
+        else if (!strcmp(k, "--expect-kept")) o->expect_kept = atoi(v);
         else if (!strcmp(k, "--free")) o->free_how = v;
         else fail("unknown option %s", k);
     }
@@ -478,6 +525,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "moved")) mode_moved(&o);
     else if (!strcmp(mode, "fresh")) mode_fresh(&o);
     else if (!strcmp(mode, "churn")) mode_churn(&o);
+    else if (!strcmp(mode, "rebuild")) mode_rebuild(&o);
     else fail("unknown mode '%s'", mode);
     MPI_Finalize();
     return 0;

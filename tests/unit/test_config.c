@@ -65,7 +65,7 @@ static void spec_defaults(dgc_config *c) {
     c->stats = 0;
     c->compensate = 1;
     c->state_idle_calls = 1000;
-    c->max_state_mb = 0;
+    c->max_state_mb = DGC_UINT_AUTO;
     c->transport = DGC_TRANSPORT_AUTO;
     c->value_bits = 16;
     c->buffer_key = DGC_KEY_AUTO;
@@ -121,7 +121,7 @@ static const char *const all_names[] = {
 Test(config_table, names_in_enum_order_and_defaults_as_specified) {
     cr_assert_eq(DGC_OPT_COUNT, (int)NNAMES, "the design lists %zu variables", NNAMES);
     static const char *const defaults[] = {"1", "0.999", "0", "0", "0", "1", "0", "16384", "2", "0.01", "warn", "0", "1",
-                                           "1000", "0", "auto", "16", "auto", "auto", "0", "", "0", ""};
+                                           "1000", "auto", "auto", "16", "auto", "auto", "0", "", "0", ""};
     for (int i = 0; i < DGC_OPT_COUNT; i++) {
         cr_assert_str_eq(dgc_option_name((dgc_option)i), all_names[i]);
         cr_assert_str_eq(dgc_option_default((dgc_option)i), defaults[i], "%s default", all_names[i]);
@@ -356,7 +356,7 @@ Test(config_parse, boundaries_accepted) {
         {"DGC_MIN_ELEMENTS", "1"},      {"DGC_MIN_ELEMENTS", "4294967295"}, {"DGC_MIN_RANKS", "1"},
         {"DGC_MIN_RANKS", "1048576"},   {"DGC_ENABLE", "1"},           {"DGC_STATS", "0"},
         {"DGC_STATE_IDLE_CALLS", "0"},  {"DGC_STATE_IDLE_CALLS", "1000000000000"},
-        {"DGC_MAX_STATE_MB", "0"},      {"DGC_MAX_STATE_MB", "1000000000"},
+        {"DGC_MAX_STATE_MB", "0"},      {"DGC_MAX_STATE_MB", "1000000000"}, {"DGC_MAX_STATE_MB", "AUTO"},
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         dgc_config cfg;
@@ -844,4 +844,25 @@ Test(launcher_rank, values_that_are_not_a_rank_are_skipped) {
     cr_assert_eq(launcher_rank(edge, 1), 2147483647);
     const env_pair zero[] = {{"RANK", "0"}};
     cr_assert_eq(launcher_rank(zero, 1), 0);
+}
+
+/* DGC_MAX_STATE_MB=auto: the front end's own budget (the NCCL path's share
+ * of the device), a number its MiB, 0 none; the start-up line says auto. */
+Test(config_parse, max_state_mb_auto_and_numbers) {
+    dgc_config cfg;
+    char err[256], text[128];
+    cr_assert_eq(parse_one(&cfg, "DGC_MAX_STATE_MB", "auto", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(cfg.max_state_mb, DGC_UINT_AUTO);
+    cr_assert_eq(dgc_config_state_budget(&cfg, 12345), 12345);
+    cr_assert_eq(dgc_config_state_budget(&cfg, 0), 0);
+    dgc_option_describe(&cfg, DGC_OPT_MAX_STATE_MB, text, sizeof text);
+    cr_assert_str_eq(text, "DGC_MAX_STATE_MB=auto");
+    cr_assert_eq(parse_one(&cfg, "DGC_MAX_STATE_MB", "3", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(dgc_config_state_budget(&cfg, 12345), (size_t)3 << 20);
+    dgc_option_describe(&cfg, DGC_OPT_MAX_STATE_MB, text, sizeof text);
+    cr_assert_str_eq(text, "DGC_MAX_STATE_MB=3");
+    cr_assert_eq(parse_one(&cfg, "DGC_MAX_STATE_MB", "0", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(dgc_config_state_budget(&cfg, 12345), 0);
+    expect_rejected("DGC_MAX_STATE_MB", "autox", NULL);
+    expect_rejected("DGC_MIN_RANKS", "auto", NULL); /* a number without the word */
 }

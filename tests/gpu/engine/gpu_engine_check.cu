@@ -240,6 +240,8 @@ struct config {
     uint64_t seed;
     int transport;       /* TRANSPORT_*: how the pairs travel, step by step */
     unsigned vbits;      /* DGC_VALUE_BITS and the wire: 0, plain pairs; 16 or 32, compact payloads */
+    bool resize;         /* before each step, move every state into the smallest shape the steps left need,
+                          * as the NCCL path does at the warm-up's end (dgc_gpu_state_resize) */
 };
 
 /* The dense transport (dgc_gpu_dense_scatter, a simulated reduce-scatter
@@ -282,6 +284,7 @@ struct sim {
     uint64_t hprev_step = 0;               /* the step it was summed at: its age in the headers */
     uint64_t kmax = 0;
     int64_t poison_sum = -1;               /* dense_exchange: this element of the sum made Inf (16-bit) */
+    int resized = 0, kept_refused = 0;     /* c.resize: states moved, moves refused for what they keep */
     bool ok = true;
 
     explicit sim(const config &cfg) : c(cfg) {
@@ -536,8 +539,51 @@ std::vector<float> host_dense_sum16(dgc_gpu_dtype t, const std::vector<uint8_t> 
 
 /* One call on every simulated rank, GPU and host, and the comparison.
  * poison: (rank, index) given NaN in g, rank -1 for none. */
+/* What the steps from step on need (the NCCL path's outlook): the largest
+ * k, the largest that goes sparse, whether any goes dense. */
+dgc_gpu_shape shape_from(const sim &S, uint64_t step) {
+    dgc_gpu_shape sh = *dgc_gpu_state_shape(S.gs[0]);
+    sh.k = sh.sparse_k = 0;
+    sh.dense = 0;
+    for (uint64_t s = step; s < (uint64_t)S.c.steps + 2; s++) {
+        sh.k = std::max(sh.k, k_at(S.c, s));
+        if (dense_at(S.c, s)) sh.dense = 1;
+        else sh.sparse_k = std::max(sh.sparse_k, k_at(S.c, s));
+    }
+    return sh;
+}
+
+/* c.resize: each rank's state into the shape the steps left need, where
+ * that is much smaller (the NCCL path's rule) and what it keeps fits. 0, or
+ * -1 (failed). */
+int resize_states(sim &S, uint64_t step) {
+    const dgc_gpu_shape want = shape_from(S, step);
+    for (int r = 0; r < S.c.nranks; r++) {
+        const dgc_gpu_shape *have = dgc_gpu_state_shape(S.gs[r]);
+        if (!(2 * want.k <= have->k || 2 * want.sparse_k <= have->sparse_k || (have->dense && !want.dense))) continue;
+        if (!dgc_gpu_state_kept_fits(S.gs[r], &want)) { /* every step is done here: only what it keeps can refuse */
+            S.kept_refused++;
+            continue;
+        }
+        char err[256] = "";
+        dgc_gpu_state *t = dgc_gpu_state_resize(S.gs[r], &want, (dgc_cuda_stream)S.st, err, sizeof err);
+        if (!t) {
+            fail("dgc_gpu_state_resize at step %llu: %s (%s)", (unsigned long long)step, err, describe(S.c).c_str());
+            return -1;
+        }
+        if (dgc_gpu_state_bytes(t) != dgc_gpu_state_footprint(&want)) {
+            fail("resized state bytes %zu != footprint %zu", dgc_gpu_state_bytes(t), dgc_gpu_state_footprint(&want));
+            return -1;
+        }
+        S.gs[r] = t;
+        S.resized++;
+    }
+    return 0;
+}
+
 int run_step(sim &S, uint64_t step, int poison_rank = -1, uint64_t poison_index = 0, bool corrupt = false) {
     const config &c = S.c;
+    if (c.resize && resize_states(S, step)) return STEP_FAIL;
     const int R = c.nranks;
     const uint64_t n = c.n, k = k_at(c, step);
     const dgc_step_params p = S.params(step, k);
@@ -807,6 +853,7 @@ config base_config(uint64_t n, double density, double ratio, const variant &v, i
     c.seed = seed;
     c.transport = TRANSPORT_SPARSE;
     c.vbits = 0;
+    c.resize = false;
     return c;
 }
 
@@ -879,6 +926,56 @@ void case_dense_transport() {
                 }
     printf("%s gpu.engine.dense_transport: %d configurations, %d steps compared bit for bit\n", verdict(), configs,
            steps);
+}
+
+/* The warm-up's end (dgc_gpu_state_resize, as the NCCL path moves a state
+ * once its larger k is behind it): states sized for the first step move,
+ * stage by stage, into blocks sized for the steps left, keeping residual,
+ * momentum and the kept sum; every step still equals the host's, bit for
+ * bit, output and state; the moved state's bytes are its footprint. The
+ * dense transport in turns keeps its room (and a dense kept sum); the
+ * sparse one gives both back. */
+void case_resize() {
+    std::vector<uint64_t> sizes = {1000};
+    if (!small_mode) sizes.push_back(20011), sizes.push_back((1u << 20) + 3);
+    int configs = 0, steps = 0, moved = 0, refused = 0;
+    double first_per = 0, last_per = 0; /* bytes an element: the largest n, 2 ranks, momentum, compensation */
+    uint64_t seed = 1300;
+    for (int transport : {TRANSPORT_SPARSE, TRANSPORT_TURNS})
+        for (uint64_t n : sizes)
+            for (int R : {1, 2, 3})
+                for (int vi : {0, 1, 2}) {
+                    if (small_mode && R == 3) continue;
+                    config c = base_config(n, 0.01, 0.01, kVariants[vi], R, seed++);
+                    c.transport = transport;
+                    c.resize = true;
+                    c.warmup = 6;
+                    c.steps = small_mode ? 6 : 9;
+                    if (R == 2 && vi == 2) c.dtype = DGC_GPU_BF16, c.gen = 1, c.vbits = 16;
+                    sim S(c);
+                    if (!S.ok) break;
+                    const size_t first = dgc_gpu_state_bytes(S.gs[0]);
+                    int done = 0;
+                    for (int s = 0; s < c.steps && run_step(S, (uint64_t)s) == STEP_OK; s++) done++;
+                    if (done == c.steps && S.resized == 0)
+                        fail("no state moved over a warm-up of %llu steps (%s)", (unsigned long long)c.warmup,
+                             describe(c).c_str());
+                    if (done == c.steps && dgc_gpu_state_bytes(S.gs[0]) >= first)
+                        fail("the moved state holds %zu bytes, not fewer than the first step's %zu (%s)",
+                             dgc_gpu_state_bytes(S.gs[0]), first, describe(c).c_str());
+                    if (n == sizes.back() && R == 2 && vi == 1 && transport == TRANSPORT_SPARSE) {
+                        first_per = (double)first / (double)n;
+                        last_per = (double)dgc_gpu_state_bytes(S.gs[0]) / (double)n;
+                    }
+                    steps += done;
+                    moved += S.resized;
+                    refused += S.kept_refused;
+                    configs++;
+                }
+    printf("%s gpu.engine.resize: %d configurations, %d steps compared bit for bit, %d states moved, %d moves "
+           "waited for what they keep; %llu elements, 2 ranks, momentum and compensation: %.1f bytes an element at "
+           "the first step, %.1f after the warm-up\n",
+           verdict(), configs, steps, moved, refused, (unsigned long long)sizes.back(), first_per, last_per);
 }
 
 /* Compact payloads (DGC_VALUE_BITS 16 and 32): the device's encoding is the
@@ -1635,6 +1732,7 @@ const named_case kCases[] = {
     {"against_host", case_against_host}, {"half_inputs", case_half_inputs}, {"determinism", case_determinism},
     {"bad_payloads", case_bad_payloads}, {"nonfinite", case_nonfinite},     {"overflow", case_overflow},
     {"ties", case_ties},                     {"large", case_large},                   {"dense_transport", case_dense_transport},
+    {"resize", case_resize},
     {"compact", case_compact},              {"compact_fuzz", case_compact_fuzz},
     {"sum_rules", case_sum_rules},          {"clamp", case_clamp},        {"saturation", case_saturation},
 };
