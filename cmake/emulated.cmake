@@ -79,6 +79,15 @@ set(DGC_CHIPSTAR_LINK ${DGC_LIBCHIP} ${DGC_OCML_HOST} -Wl,--allow-multiple-defin
 
 add_custom_target(emulated_tier)
 
+# The launch hook (tests/gpu/emulated/launch_hook.cpp): counts the engine's
+# kernel launches and checks each was preloaded; linked into every CUDA
+# program of this tier (dgc_cuda_executable), so that every emulated case
+# checks the preload lists.
+add_library(dgc_emu_launch_hook OBJECT ${DGC_EMULATED_DIR}/launch_hook.cpp)
+target_include_directories(dgc_emu_launch_hook PRIVATE ${DGC_CHIPSTAR_ROOT}/include)
+target_compile_definitions(dgc_emu_launch_hook PRIVATE __HIP_PLATFORM_SPIRV__)
+target_compile_options(dgc_emu_launch_hook PRIVATE -Wall -Wextra)
+
 # The engine: the same sources as kernels/CMakeLists.txt.
 dgc_cucc_objects(engine_objects ${PROJECT_SOURCE_DIR}/kernels/state.cu ${PROJECT_SOURCE_DIR}/kernels/sample_select.cu
                  ${PROJECT_SOURCE_DIR}/kernels/compress.cu ${PROJECT_SOURCE_DIR}/kernels/decode.cu
@@ -91,9 +100,9 @@ target_link_libraries(dgcshim_cuda PUBLIC dgcshim_core ${DGC_CHIPSTAR_LINK})
 # dgc_cuda_executable(NAME SOURCES...): a CUDA program on the engine.
 function(dgc_cuda_executable name)
   dgc_cucc_objects(objects ${ARGN})
-  add_executable(${name} ${objects})
+  add_executable(${name} ${objects} $<TARGET_OBJECTS:dgc_emu_launch_hook>)
   set_target_properties(${name} PROPERTIES LINKER_LANGUAGE CXX)
-  target_link_libraries(${name} PRIVATE dgcshim_cuda dgcshim_core ${DGC_CHIPSTAR_LINK})
+  target_link_libraries(${name} PRIVATE dgcshim_cuda dgcshim_core ${DGC_CHIPSTAR_LINK} ${CMAKE_DL_LIBS})
   add_dependencies(emulated_tier ${name})
 endfunction()
 

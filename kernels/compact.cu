@@ -268,3 +268,19 @@ extern "C" int dgc_gpu_encode(dgc_gpu_state *s, const dgc_step_params *p, dgc_cu
     CHECK("launching the compact encoding");
     return 0;
 }
+
+namespace dgc_cuda {
+
+cudaError_t preload_compact(void) {
+    const void *const kernels[] = {
+        (const void *)encode_kernel,
+        (const void *)frame_kernel,
+        (const void *)popc_kernel,
+        (const void *)upper_kernel,
+        (const void *)slot_kernel,
+        (const void *)end_kernel,
+    };
+    return preload(kernels, sizeof kernels / sizeof kernels[0]);
+}
+
+} // namespace dgc_cuda

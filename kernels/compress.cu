@@ -590,3 +590,38 @@ extern "C" int dgc_gpu_compress(dgc_gpu_state *s, const void *g, void *out, dgc_
     CHECK("launching the payload's packing");
     return 0;
 }
+
+namespace dgc_cuda {
+
+cudaError_t preload_compress(void) {
+    const void *const kernels[] = {
+        (const void *)init_kernel,
+        (const void *)update_kernel<DGC_GPU_F32, false, false, true>,
+        (const void *)update_kernel<DGC_GPU_F32, false, false, false>,
+        (const void *)update_kernel<DGC_GPU_F32, true, true, true>,
+        (const void *)update_kernel<DGC_GPU_F32, true, true, false>,
+        (const void *)update_kernel<DGC_GPU_F32, true, false, true>,
+        (const void *)update_kernel<DGC_GPU_F32, true, false, false>,
+        (const void *)update_kernel<DGC_GPU_F16, false, false, true>,
+        (const void *)update_kernel<DGC_GPU_F16, false, false, false>,
+        (const void *)update_kernel<DGC_GPU_F16, true, true, true>,
+        (const void *)update_kernel<DGC_GPU_F16, true, true, false>,
+        (const void *)update_kernel<DGC_GPU_F16, true, false, true>,
+        (const void *)update_kernel<DGC_GPU_F16, true, false, false>,
+        (const void *)update_kernel<DGC_GPU_BF16, false, false, true>,
+        (const void *)update_kernel<DGC_GPU_BF16, false, false, false>,
+        (const void *)update_kernel<DGC_GPU_BF16, true, true, true>,
+        (const void *)update_kernel<DGC_GPU_BF16, true, true, false>,
+        (const void *)update_kernel<DGC_GPU_BF16, true, false, true>,
+        (const void *)update_kernel<DGC_GPU_BF16, true, false, false>,
+        (const void *)decide_kernel,
+        (const void *)tie_setup_kernel,
+        (const void *)compact_kernel,
+        (const void *)ties_kernel,
+        (const void *)scale_kernel,
+        (const void *)pack_kernel,
+    };
+    return preload(kernels, sizeof kernels / sizeof kernels[0]);
+}
+
+} // namespace dgc_cuda

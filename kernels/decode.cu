@@ -5,12 +5,15 @@
  *                 first fault, by (rank, slot), kept by an atomicMin on a key
  *   finalize      one thread: the outcome (bad / non-finite / ok), the report
  *   nan           out = NaN when some rank was non-finite or failed
- *   add x nranks  out (or the accumulator) += each rank's pairs, one launch a
- *                 rank, in rank order; a rank's indices are unique (checked:
- *                 strictly increasing), so no two threads meet and no
- *                 floating-point atomic is needed (invariant 3)
- *   sub x nranks  momentum compensation: += (-m) * the kept previous pairs
- *                 (or the kept dense vector, after a dense-transport step)
+ *   add           out (or the accumulator) += every rank's pairs, in rank
+ *                 order, one launch for all ranks (sum_ranks: a block owns
+ *                 a range of elements and takes the ranks in turn); a
+ *                 rank's indices are unique (checked: strictly increasing),
+ *                 so no two threads meet and no floating-point atomic is
+ *                 needed (invariant 3)
+ *   sub           momentum compensation: += (-m) * the kept previous pairs,
+ *                 the same way (or the kept dense vector, after a
+ *                 dense-transport step)
  *   average / convert
  *   mask          v = 0 (and u = 0) at this rank's own sent indices, in the spares
  *   finish        the spares become the committed state; the gathered
@@ -131,35 +134,94 @@ template <int DT> __global__ void __launch_bounds__(kThreads) nan_kernel(void *o
         elem<DT>::store_nan(out, i);
 }
 
-/* One rank's pairs into acc (the host's add_pairs with scale 1: 1*x == x). */
-__global__ void __launch_bounds__(kThreads) add_kernel(const char *pl, uint64_t k, float *acc, const scratch *sc) {
-    if (sc->dec_mode != DEC_OK) return;
-    const uint32_t *idx = indices_of(pl);
-    const float *val = values_of(pl, k);
-    for (uint64_t j = blockIdx.x * (uint64_t)kThreads + threadIdx.x; j < k; j += (uint64_t)gridDim.x * kThreads) {
-        const uint32_t i = idx[j];
-        const float x = val[j];
-        if (is_padding(i, x)) continue;
-        acc[i] = acc[i] + x;
+/* The key slot j sorts by in a payload that passed its check: its index,
+ * padding after the first slot past every index (padding only ends a
+ * payload). Non-decreasing in j, so a binary search finds a range's slots. */
+__device__ __forceinline__ uint64_t slot_key(const uint32_t *idx, const float *val, uint64_t j) {
+    return j > 0 && is_padding(idx[j], val[j]) ? 1ull << 32 : (uint64_t)idx[j];
+}
+
+/* The first slot of a checked payload whose key is at least lo (k if none). */
+__device__ uint64_t first_slot_from(const uint32_t *idx, const float *val, uint64_t k, uint64_t lo) {
+    uint64_t a = 0, b = k;
+    while (a < b) {
+        const uint64_t m = a + (b - a) / 2;
+        if (slot_key(idx, val, m) < lo) a = m + 1;
+        else b = m;
+    }
+    return a;
+}
+
+/* The fewest elements a block of the rank-ordered sum owns: enough that
+ * its searches and barriers per rank stay a small part of its work. A
+ * larger buffer gives each block one range (sum_span): two searches per
+ * rank, whose dependent loads are the kernel's latency. */
+constexpr uint64_t kSumSpan = 4096;
+
+/* acc += scale * every rank's pairs, rank by rank, in one launch: the
+ * host's order (the sum of each rank's pairs in rank order, invariant 3)
+ * for every element, without a launch per rank. Each block owns a range of
+ * elements; for each rank in turn it finds that rank's slots in the range
+ * (indices are strictly increasing: one search each) and adds them, a
+ * barrier between ranks, so that one element's additions are ordered by
+ * rank and no two threads meet. scale 1 is the plain sum (1 * x == x); the
+ * product is rounded before the sum, as dgc_wire_subtract does. */
+template <bool SCALED>
+__device__ void sum_ranks(const char *base, int nranks, uint64_t k, uint64_t n, uint64_t span, float scale,
+                          float *acc) {
+    __shared__ uint64_t from[kThreads], to[kThreads];
+    for (uint64_t lo = blockIdx.x * span; lo < n; lo += (uint64_t)gridDim.x * span) {
+        const uint64_t hi = lo + span < n ? lo + span : n;
+        for (int r0 = 0; r0 < nranks; r0 += kThreads) {
+            const int batch = nranks - r0 < kThreads ? nranks - r0 : kThreads;
+            __syncthreads(); /* the previous batch's ranges are no longer read */
+            if ((int)threadIdx.x < batch) {
+                const char *pl = payload_at(base, r0 + (int)threadIdx.x, k);
+                from[threadIdx.x] = first_slot_from(indices_of(pl), values_of(pl, k), k, lo);
+                to[threadIdx.x] = first_slot_from(indices_of(pl), values_of(pl, k), k, hi);
+            }
+            __syncthreads();
+            for (int q = 0; q < batch; q++) {
+                const char *pl = payload_at(base, r0 + q, k);
+                const uint32_t *idx = indices_of(pl);
+                const float *val = values_of(pl, k);
+                for (uint64_t j = from[q] + threadIdx.x; j < to[q]; j += kThreads) {
+                    const uint32_t i = idx[j];
+                    const float x = val[j];
+                    if (is_padding(i, x)) continue;
+                    if (SCALED) {
+                        const float d = scale * x;
+                        acc[i] = acc[i] + d;
+                    } else {
+                        acc[i] = acc[i] + x;
+                    }
+                }
+                __syncthreads(); /* this rank's additions land before the next rank's */
+            }
+        }
     }
 }
 
-/* One kept rank's pairs, times -m (the host's dgc_wire_subtract:
+/* Blocks for sum_ranks over n elements, and the range each block owns. */
+unsigned int sum_grid(uint64_t n, int sms) { return grid_for((n + kSumSpan - 1) / kSumSpan * kThreads, sms, 8); }
+uint64_t sum_span(uint64_t n, unsigned int grid) {
+    const uint64_t per_block = (n + grid - 1) / grid;
+    return per_block > kSumSpan ? per_block : kSumSpan;
+}
+
+/* Every rank's pairs into acc (the host's add_pairs with scale 1). */
+__global__ void __launch_bounds__(kThreads) add_kernel(const char *gathered, int nranks, uint64_t k, uint64_t n,
+                                                       uint64_t span, float *acc, const scratch *sc) {
+    if (sc->dec_mode != DEC_OK) return;
+    sum_ranks<false>(gathered, nranks, k, n, span, 1.0f, acc);
+}
+
+/* Every kept rank's pairs, times -m (the host's dgc_wire_subtract:
  * out[idx] += (-m) * val, the product rounded, then the sum). */
-__global__ void __launch_bounds__(kThreads) sub_kernel(const char *prev, int r, int nranks, float neg_m, float *acc,
-                                                       const scratch *sc) {
+__global__ void __launch_bounds__(kThreads) sub_kernel(const char *prev, int nranks, uint64_t n, uint64_t span,
+                                                       float neg_m, float *acc, const scratch *sc) {
     if (sc->dec_mode != DEC_OK || !sc->subtract || sc->prev_kind != PREV_SPARSE || sc->prev_nranks != nranks) return;
-    const uint64_t k = sc->prev_k;
-    const char *pl = payload_at(prev, r, k);
-    const uint32_t *idx = indices_of(pl);
-    const float *val = values_of(pl, k);
-    for (uint64_t j = blockIdx.x * (uint64_t)kThreads + threadIdx.x; j < k; j += (uint64_t)gridDim.x * kThreads) {
-        const uint32_t i = idx[j];
-        const float x = val[j];
-        if (is_padding(i, x)) continue;
-        const float d = neg_m * x;
-        acc[i] = acc[i] + d;
-    }
+    sum_ranks<true>(prev, nranks, sc->prev_k, n, span, neg_m, acc);
 }
 
 /* The kept dense vector of a dense-transport step, times -m, on a sparse
@@ -359,11 +421,10 @@ int launch_decode_tail(dgc_gpu_state *s, void *out, float *acc, dgc_gpu_dtype dt
         CHECK("launching the dense compensation");
     }
     if (keep != PREV_NONE && s->prev) {
-        for (int r = 0; r < nranks; r++) {
-            sub_kernel<<<grid_for(sh->sparse_k, s->sms, 8), kThreads, 0, st>>>(static_cast<const char *>(s->prev), r,
-                                                                               nranks, -p->momentum, acc, sc);
-            CHECK("launching the momentum compensation");
-        }
+        const unsigned int grid = sum_grid(n, s->sms);
+        sub_kernel<<<grid, kThreads, 0, st>>>(static_cast<const char *>(s->prev), nranks, n, sum_span(n, grid),
+                                              -p->momentum, acc, sc);
+        CHECK("launching the momentum compensation");
     }
     const float nr = (float)nranks;
     if (dtype == DGC_GPU_F32) {
@@ -416,7 +477,6 @@ extern "C" int dgc_gpu_decode(dgc_gpu_state *s, void *out, dgc_gpu_dtype dtype, 
     if (e != cudaSuccess) return fail(err, errlen, "cudaHostGetDevicePointer of the report", e);
     scratch *sc = s->sc;
     const char *gathered = static_cast<const char *>(s->gathered);
-    const size_t wb = dgc_wire_bytes(k);
     float *acc = dtype == DGC_GPU_F32 ? static_cast<float *>(out) : s->acc;
 
     if (sh->value_bits && launch_expand(s, p, st, err, errlen)) return -1;
@@ -427,10 +487,9 @@ extern "C" int dgc_gpu_decode(dgc_gpu_state *s, void *out, dgc_gpu_dtype dtype, 
     CHECK("launching the decode's decision");
     if (dtype == DGC_GPU_F32 && (e = nan_launch(out, dtype, n, &sc->dec_mode, s->sms, st)) != cudaSuccess)
         return fail(err, errlen, "launching the NaN fill", e);
-    for (int r = 0; r < nranks; r++) {
-        add_kernel<<<grid_for(k, s->sms, 8), kThreads, 0, st>>>(gathered + (size_t)r * wb, k, acc, sc);
-        CHECK("launching a rank's sum");
-    }
+    const unsigned int grid = sum_grid(n, s->sms);
+    add_kernel<<<grid, kThreads, 0, st>>>(gathered, nranks, k, n, sum_span(n, grid), acc, sc);
+    CHECK("launching the ranks' sum");
     return launch_decode_tail(s, out, acc, dtype, p, keep ? PREV_SPARSE : PREV_NONE, average, k, st, err, errlen);
 }
 
@@ -466,3 +525,31 @@ extern "C" int dgc_gpu_decode_stateless(const void *gathered, size_t stride, voi
     if ((e = cudaGetLastError()) != cudaSuccess) return fail(nullptr, 0, "launching the stateless decode", e);
     return 0;
 }
+
+namespace dgc_cuda {
+
+cudaError_t preload_decode(void) {
+    const void *const kernels[] = {
+        (const void *)validate_kernel,
+        (const void *)finalize_kernel,
+        (const void *)nan_kernel<DGC_GPU_F32>,
+        (const void *)nan_kernel<DGC_GPU_F16>,
+        (const void *)nan_kernel<DGC_GPU_BF16>,
+        (const void *)add_kernel,
+        (const void *)sub_kernel,
+        (const void *)sub_dense_kernel,
+        (const void *)keep_dense_kernel,
+        (const void *)average_kernel,
+        (const void *)convert_kernel<DGC_GPU_F16>,
+        (const void *)convert_kernel<DGC_GPU_BF16>,
+        (const void *)mask_kernel,
+        (const void *)finish_kernel,
+        (const void *)flag_only_kernel,
+        (const void *)stateless_kernel<DGC_GPU_F32>,
+        (const void *)stateless_kernel<DGC_GPU_F16>,
+        (const void *)stateless_kernel<DGC_GPU_BF16>,
+    };
+    return preload(kernels, sizeof kernels / sizeof kernels[0]);
+}
+
+} // namespace dgc_cuda

@@ -200,3 +200,25 @@ extern "C" int dgc_gpu_decode_dense(dgc_gpu_state *s, void *out, dgc_gpu_dtype d
     }
     return launch_decode_tail(s, out, acc, dtype, p, keep ? PREV_DENSE : PREV_NONE, average, p->k, st, err, errlen);
 }
+
+namespace dgc_cuda {
+
+cudaError_t preload_dense(void) {
+    const void *const kernels[] = {
+        (const void *)own_pairs_kernel<DGC_GPU_F32>,
+        (const void *)own_pairs_kernel<DGC_GPU_F16>,
+        (const void *)own_pairs_kernel<DGC_GPU_BF16>,
+        (const void *)tail_out_kernel<uint32_t>,
+        (const void *)tail_out_kernel<uint16_t>,
+        (const void *)tail_in_kernel<uint32_t>,
+        (const void *)tail_in_kernel<uint16_t>,
+        (const void *)decide_kernel,
+        (const void *)clear_kernel,
+        (const void *)widen_kernel<DGC_GPU_F16>,
+        (const void *)widen_kernel<DGC_GPU_BF16>,
+        (const void *)sum_verdict_kernel,
+    };
+    return preload(kernels, sizeof kernels / sizeof kernels[0]);
+}
+
+} // namespace dgc_cuda

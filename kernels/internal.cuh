@@ -208,6 +208,22 @@ dgc_gpu_report *device_report(dgc_gpu_report *report, cudaError_t *e);
 int launch_decode_tail(dgc_gpu_state *s, void *out, float *acc, dgc_gpu_dtype dtype, const dgc_step_params *p,
                        int keep, int average, uint64_t k, cudaStream_t st, char *err, size_t errlen);
 
+
+/* Lazy loading (CUDA's default since 12.2) loads a kernel at its first
+ * launch, which may come mid-run (the dense transport's first step, a
+ * 16-bit buffer, the first compensation) while this process's NCCL kernels
+ * spin: a load waits for the device. Each file names every kernel it can
+ * launch, every template instantiation included (nvcc makes kernel stubs
+ * static: no other file can name them), and preload_kernels (state.cu)
+ * loads them all when a state is made: cudaFuncGetAttributes loads a
+ * kernel. CUB's own kernels are not named (its internals): they load at
+ * the first compressed call, which making a state immediately precedes. */
+cudaError_t preload(const void *const *kernels, size_t count);
+cudaError_t preload_sample_select(void);
+cudaError_t preload_compress(void);
+cudaError_t preload_decode(void);
+cudaError_t preload_dense(void);
+cudaError_t preload_compact(void);
 } // namespace dgc_cuda
 
 #endif

@@ -217,3 +217,26 @@ cudaError_t launch_select(dgc_gpu_state *s, select_job *job, uint64_t max_count,
 }
 
 } // namespace dgc_cuda
+
+namespace dgc_cuda {
+
+cudaError_t preload_sample_select(void) {
+    const void *const kernels[] = {
+        (const void *)clip_kernel<DGC_GPU_F32>,
+        (const void *)clip_kernel<DGC_GPU_F16>,
+        (const void *)clip_kernel<DGC_GPU_BF16>,
+        (const void *)sample_kernel<DGC_GPU_F32, false, false>,
+        (const void *)sample_kernel<DGC_GPU_F32, true, true>,
+        (const void *)sample_kernel<DGC_GPU_F32, true, false>,
+        (const void *)sample_kernel<DGC_GPU_F16, false, false>,
+        (const void *)sample_kernel<DGC_GPU_F16, true, true>,
+        (const void *)sample_kernel<DGC_GPU_F16, true, false>,
+        (const void *)sample_kernel<DGC_GPU_BF16, false, false>,
+        (const void *)sample_kernel<DGC_GPU_BF16, true, true>,
+        (const void *)sample_kernel<DGC_GPU_BF16, true, false>,
+        (const void *)select_pass,
+    };
+    return preload(kernels, sizeof kernels / sizeof kernels[0]);
+}
+
+} // namespace dgc_cuda

@@ -57,7 +57,17 @@ cudaError_t sort_temp_bytes(uint64_t k, int end_bit, size_t *bytes) {
     }
 }
 
+cudaError_t preload(const void *const *kernels, size_t count) {
+    for (size_t i = 0; i < count; i++) {
+        cudaFuncAttributes a;
+        const cudaError_t e = cudaFuncGetAttributes(&a, kernels[i]);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
+
 } // namespace dgc_cuda
+
 
 using namespace dgc_cuda;
 
@@ -184,7 +194,28 @@ __global__ void __launch_bounds__(kThreads) move_kernel(const scratch *from, scr
     to->prev_step = from->prev_step;
 }
 
+/* This file's own kernel: the warm-up's end (dgc_gpu_state_resize). */
+cudaError_t preload_state() {
+    const void *const kernels[] = {(const void *)move_kernel};
+    return preload(kernels, sizeof kernels / sizeof kernels[0]);
+}
+
 } // namespace
+
+/* Every kernel of the engine loaded on the current device (internal.cuh,
+ * preload: lazy loading). Each state asks again: once a kernel is loaded the
+ * query is a lookup, states are made a few times a run, and the engine
+ * keeps no record of which devices it has seen (no global state). */
+static int preload_kernels(char *err, size_t errlen) {
+    cudaError_t (*const files[])(void) = {dgc_cuda::preload_sample_select, dgc_cuda::preload_compress,
+                                          dgc_cuda::preload_decode, dgc_cuda::preload_dense,
+                                          dgc_cuda::preload_compact, preload_state};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        const cudaError_t e = files[i]();
+        if (e != cudaSuccess) return dgc_cuda::fail(err, errlen, "loading the engine's kernels", e);
+    }
+    return 0;
+}
 
 extern "C" {
 
@@ -288,6 +319,7 @@ dgc_gpu_state *dgc_gpu_state_create_with(const dgc_gpu_shape *shape, dgc_cuda_st
         fail(err, errlen, "querying the device", e);
         return NULL;
     }
+    if (preload_kernels(err, errlen)) return NULL;
     dgc_gpu_state *s = (dgc_gpu_state *)calloc(1, sizeof *s);
     if (!s) {
         fail_msg(err, errlen, "no host memory for a GPU state");

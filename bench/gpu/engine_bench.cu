@@ -1,33 +1,37 @@
 /* The CUDA engine's time per call against the memory roofline.
  *
- *   engine_bench [--csv] [--iters N] [--sizes N1,N2,...]
+ *   engine_bench [--csv] [--iters N] [--sizes N1,N2,...] [--ranks N]
  *     --csv: only the machine-readable lines ("# csv,..." header, "csv,..."
  *            rows, as compressor_bench prints them; printed after the table
  *            otherwise)
+ *     --ranks N: payloads gathered and decoded per call (default 2)
  *
  * For each size (default 25M and 100M fp32 elements) at 99.9% sparsity (the
  * k after warm-up; the state sized for the warm-up's first k, as the shim
  * sizes it), with momentum 0.9 (and compensation) and 0: the median over
  * --iters calls (default 20, after 3 untimed) of
- *     engine = compress + compact encode + expand and decode of 2 gathered
- *              payloads + commit
- * as the NCCL path runs a call (16-bit values: DGC_VALUE_BITS' default),
- * each part timed with CUDA events; the gathered payloads are filled by
- * device copies between them, timed apart (the all-gather's stand-in).
+ *     call   = compress + compact encode + the gathered payloads filled by
+ *              N device copies (the all-gather's stand-in) + expand and
+ *              decode of N payloads + commit
+ *     engine = call - the copies
+ * as the NCCL path runs a call (16-bit values: DGC_VALUE_BITS' default).
+ * CUDA events around the whole call time it as the device sees it, with
+ * nothing queued ahead: where the host queues launches more slowly than
+ * the device runs them (small buffers, many ranks), the gaps count, as they
+ * do in training; host_us is the host's own time to queue a call. Events
+ * between the parts split the call into compress, gather and decode.
  * Beside it, the device-to-device copy bandwidth measured in the same run
  * (cudaMemcpyAsync of 1 GiB, bytes read + written over time), and the
  * roofline: the update pass's bytes (read g, u, v; write u, v; zero out:
  * 24 bytes an element with momentum, 16 without u) over that bandwidth.
  * roofline/engine is the fraction of the roofline the engine reaches.
- * Each call is queued behind a 2 ms busy kernel, so the events time the
- * device's work, not the host's queueing (in training the host queues while
- * the device computes the backward pass).
  * Without a CUDA device: SKIPPED, exit 77. */
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <algorithm>
 #include <vector>
@@ -57,17 +61,6 @@ __global__ void fill_kernel(float *g, uint64_t n, uint64_t seed) {
         const uint32_t exp = 107u + (uint32_t)((z >> 32) % 21u);
         g[i] = __uint_as_float((uint32_t)(z >> 63) << 31 | exp << 23 | ((uint32_t)z & 0x7fffffu));
     }
-}
-
-/* Keeps the device busy for ns nanoseconds, so that the host has queued a
- * whole call before it starts: the events then time the device's work, as
- * in training, where the host queues while the device computes. */
-__global__ void spin_kernel(long long ns) {
-    long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    } while (t - t0 < ns);
 }
 
 double median(std::vector<double> v) {
@@ -103,14 +96,20 @@ double copy_bandwidth(cudaStream_t st) {
     return 2.0 * (double)bytes / median(t);
 }
 
+double now_us() {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
+}
+
 struct result {
     uint64_t n, k;
     float m;
-    double compress_us, decode_us, engine_us, gather_us, roofline_us, bytes;
+    int nranks;
+    double compress_us, decode_us, engine_us, gather_us, call_us, host_us, roofline_us, bytes;
 };
 
-bool run(uint64_t n, float m, int iters, double bw, cudaStream_t st, result *res) {
-    const int nranks = 2;
+bool run(uint64_t n, float m, int nranks, int iters, double bw, cudaStream_t st, result *res) {
     const uint64_t k = dgc_k_for(n, 0.001);
     dgc_gpu_shape sh;
     sh.n = n;
@@ -147,11 +146,11 @@ bool run(uint64_t n, float m, int iters, double bw, cudaStream_t st, result *res
     p.value_bits = 16;
     cudaEvent_t ev[4];
     for (cudaEvent_t &e : ev) CK(cudaEventCreate(&e));
-    std::vector<double> tc, td, tg, te;
+    std::vector<double> tc, td, tg, te, tw, th;
+    CK(cudaStreamSynchronize(st));
     for (int it = 0; it < iters + 3; it++) {
         p.step = 100 + (uint64_t)it;
-        spin_kernel<<<1, 1, 0, st>>>(2000000);
-        CK(cudaGetLastError());
+        const double h0 = now_us();
         CK(cudaEventRecord(ev[0], st));
         if (dgc_gpu_compress(s, g, out, DGC_GPU_F32, &p, (dgc_cuda_stream)st, err, sizeof err) ||
             dgc_gpu_encode(s, &p, (dgc_cuda_stream)st, err, sizeof err)) {
@@ -161,7 +160,7 @@ bool run(uint64_t n, float m, int iters, double bw, cudaStream_t st, result *res
         CK(cudaEventRecord(ev[1], st));
         const size_t wb = dgc_gpu_wire_bytes(s, k);
         for (int r = 0; r < nranks; r++)
-            CK(cudaMemcpyAsync((char *)dgc_gpu_wire_gathered(s) + r * wb, dgc_gpu_wire(s), wb,
+            CK(cudaMemcpyAsync((char *)dgc_gpu_wire_gathered(s) + (size_t)r * wb, dgc_gpu_wire(s), wb,
                                cudaMemcpyDeviceToDevice, st));
         CK(cudaEventRecord(ev[2], st));
         if (dgc_gpu_decode(s, out, DGC_GPU_F32, &p, m > 0, 0, rep, (dgc_cuda_stream)st, err, sizeof err)) {
@@ -169,16 +168,20 @@ bool run(uint64_t n, float m, int iters, double bw, cudaStream_t st, result *res
             return false;
         }
         CK(cudaEventRecord(ev[3], st));
+        const double h1 = now_us();
         CK(cudaEventSynchronize(ev[3]));
         if (it < 3) continue;
-        float a, b, c;
+        float a, b, c, w;
         CK(cudaEventElapsedTime(&a, ev[0], ev[1]));
         CK(cudaEventElapsedTime(&b, ev[1], ev[2]));
         CK(cudaEventElapsedTime(&c, ev[2], ev[3]));
+        CK(cudaEventElapsedTime(&w, ev[0], ev[3]));
         tc.push_back(a * 1e3);
         tg.push_back(b * 1e3);
         td.push_back(c * 1e3);
-        te.push_back((a + c) * 1e3);
+        tw.push_back(w * 1e3);
+        te.push_back((w - b) * 1e3);
+        th.push_back(h1 - h0);
     }
     if (rep && (rep->bad || rep->nonfinite || rep->failed))
         fprintf(stderr, "engine_bench: n %llu: the report says bad %u nonfinite %llu failed %llu\n",
@@ -186,10 +189,13 @@ bool run(uint64_t n, float m, int iters, double bw, cudaStream_t st, result *res
     res->n = n;
     res->k = k;
     res->m = m;
+    res->nranks = nranks;
     res->compress_us = median(tc);
     res->decode_us = median(td);
     res->gather_us = median(tg);
     res->engine_us = median(te);
+    res->call_us = median(tw);
+    res->host_us = median(th);
     res->bytes = m > 0 ? 24 : 16;
     res->roofline_us = res->bytes * (double)n / bw * 1e6;
     for (cudaEvent_t &e : ev) CK(cudaEventDestroy(e));
@@ -204,20 +210,25 @@ bool run(uint64_t n, float m, int iters, double bw, cudaStream_t st, result *res
 
 int main(int argc, char **argv) {
     bool csv = false;
-    int iters = 20;
+    int iters = 20, nranks = 2;
     std::vector<uint64_t> sizes = {25000000, 100000000};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--csv")) csv = true;
         else if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--ranks") && i + 1 < argc) nranks = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--sizes") && i + 1 < argc) {
             sizes.clear();
             for (char *t = strtok(argv[++i], ","); t; t = strtok(nullptr, ",")) sizes.push_back(strtoull(t, nullptr, 10));
         } else {
-            fprintf(stderr, "usage: %s [--csv] [--iters N] [--sizes N1,N2,...]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--csv] [--iters N] [--sizes N1,N2,...] [--ranks N]\n", argv[0]);
             return 2;
         }
     }
     if (iters < 1) iters = 1;
+    if (nranks < 1) {
+        fprintf(stderr, "engine_bench: --ranks must be at least 1\n");
+        return 2;
+    }
     if (!dgc_gpu_available()) {
         printf("SKIPPED engine_bench: no CUDA device (%s)\n", dgc_gpu_last_error());
         return 77;
@@ -230,34 +241,35 @@ int main(int argc, char **argv) {
     CK(cudaGetDeviceProperties(&prop, dev));
     const double bw = copy_bandwidth(st);
     if (!csv)
-        printf("# %s, device-to-device copy %.0f GB/s (read + write), median of %d calls, 2 ranks' payloads\n"
-               "%12s %10s %8s %11s %10s %10s %10s %6s %12s %9s\n",
-               prop.name, bw * 1e-9, iters, "n", "k", "momentum", "compress_us", "decode_us", "engine_us", "gather_us",
-               "B/elem", "roofline_us", "roof/eng");
+        printf("# %s, device-to-device copy %.0f GB/s (read + write), median of %d calls, %d ranks' payloads\n"
+               "%12s %10s %8s %11s %10s %10s %10s %10s %9s %6s %12s %9s\n",
+               prop.name, bw * 1e-9, iters, nranks, "n", "k", "momentum", "compress_us", "decode_us", "engine_us",
+               "gather_us", "call_us", "host_us", "B/elem", "roofline_us", "roof/eng");
     std::vector<result> all;
     int rc = 0;
     for (uint64_t n : sizes)
         for (float m : {0.9f, 0.0f}) {
             result r;
-            if (!run(n, m, iters, bw, st, &r)) {
+            if (!run(n, m, nranks, iters, bw, st, &r)) {
                 rc = 1;
                 continue;
             }
             all.push_back(r);
             if (!csv)
-                printf("%12llu %10llu %8g %11.1f %10.1f %10.1f %10.1f %6.0f %12.1f %9.3f\n", (unsigned long long)r.n,
-                       (unsigned long long)r.k, (double)r.m, r.compress_us, r.decode_us, r.engine_us, r.gather_us,
-                       r.bytes, r.roofline_us, r.roofline_us / r.engine_us);
+                printf("%12llu %10llu %8g %11.1f %10.1f %10.1f %10.1f %10.1f %9.1f %6.0f %12.1f %9.3f\n",
+                       (unsigned long long)r.n, (unsigned long long)r.k, (double)r.m, r.compress_us, r.decode_us,
+                       r.engine_us, r.gather_us, r.call_us, r.host_us, r.bytes, r.roofline_us,
+                       r.roofline_us / r.engine_us);
             fflush(stdout);
         }
     /* The machine-readable lines, as compressor_bench prints them (bench/gpu/run.sh reads them). */
     printf("#\n# csv,device,n,k,ranks,momentum,sparsity,dtype,compress_median_ms,decode_median_ms,engine_median_ms,"
-           "gather_median_ms,copy_gbps,bytes_per_elem,roofline_ms,roofline_over_engine\n");
+           "gather_median_ms,call_median_ms,host_median_ms,copy_gbps,bytes_per_elem,roofline_ms,roofline_over_engine\n");
     for (const result &r : all)
-        printf("csv,%s,%llu,%llu,2,%g,0.999,f32,%.4f,%.4f,%.4f,%.4f,%.0f,%.0f,%.4f,%.3f\n", prop.name,
-               (unsigned long long)r.n, (unsigned long long)r.k, (double)r.m, r.compress_us * 1e-3, r.decode_us * 1e-3,
-               r.engine_us * 1e-3, r.gather_us * 1e-3, bw * 1e-9, r.bytes, r.roofline_us * 1e-3,
-               r.roofline_us / r.engine_us);
+        printf("csv,%s,%llu,%llu,%d,%g,0.999,f32,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.0f,%.0f,%.4f,%.3f\n", prop.name,
+               (unsigned long long)r.n, (unsigned long long)r.k, r.nranks, (double)r.m, r.compress_us * 1e-3,
+               r.decode_us * 1e-3, r.engine_us * 1e-3, r.gather_us * 1e-3, r.call_us * 1e-3, r.host_us * 1e-3,
+               bw * 1e-9, r.bytes, r.roofline_us * 1e-3, r.roofline_us / r.engine_us);
     CK(cudaStreamDestroy(st));
     return rc;
 }

@@ -12,8 +12,9 @@
 #   --out DIR            where everything goes (default bench/results/gpu)
 #   --build DIR          the CMake build (default: the folder of $DGC_SHIM when set, else build)
 #   --ddp                also run scripts/ddp_side_by_side.sh (logs in DIR/ddp)
-#   --ranks N            payloads the official compressor decompresses (default 1; give the
-#                        engine bench's own count, which the combined table reads from its CSV)
+#   --ranks N            payloads each call decodes: the official compressor's and, given,
+#                        engine_bench's (--ranks N; without it the compressor decodes 1 and
+#                        the engine 2, and the combined table notes the difference)
 #   --reps N             timed reps of each baseline (default 25)
 #   --momentum M         the configuration compared (default 0.9)
 #   --engine-args, --baseline-args, --ddp-args   more options for each part
@@ -34,14 +35,14 @@ set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 
 build=build; [ -n "${DGC_SHIM:-}" ] && build=$(dirname "$DGC_SHIM")
-out=bench/results/gpu ddp=0 ranks=1 reps=25 momentum=0.9
+out=bench/results/gpu ddp=0 ranks=1 ranks_given=0 reps=25 momentum=0.9
 engine_args="" baseline_args="" ddp_args=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --ddp) ddp=1; shift ;;
-    --ranks) ranks=$2; shift 2 ;;
+    --ranks) ranks=$2; ranks_given=1; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
     --momentum) momentum=$2; shift 2 ;;
     --engine-args) engine_args=$2; shift 2 ;;
@@ -62,6 +63,7 @@ status=0
 cat "$out/gpu.txt"
 
 engine=$build/bench/gpu/engine_bench
+[ "$ranks_given" = 1 ] && engine_args="--ranks $ranks $engine_args"
 echo "== engine: $engine $engine_args"
 if [ -x "$engine" ]; then
   # shellcheck disable=SC2086 # the extra arguments are split on purpose
