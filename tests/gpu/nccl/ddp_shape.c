@@ -20,6 +20,24 @@
  * (a comm hook that makes a new tensor per call), on both paths, under
  * DGC_BUFFER_KEY=order; the same equality holds.
  *
+ * Other PyTorch patterns, 60 steps each (warm-up 10):
+ * - ddp_shape_rebuild_moved: DDP's rebuild at new addresses (the rebuilt
+ *   buckets allocated afresh, step 0's bucket kept for other tensors and
+ *   never all-reduced again): equal bit for bit; what became of step 0's
+ *   state is printed from the shim's statistics file (report_old_state).
+ * - ddp_shape_unused: find_unused_parameters, its int32 local-used map
+ *   all-reduced each step after the buckets and a bucket zero on one rank:
+ *   equal bit for bit, the map exact on both paths.
+ * - ddp_shape_bf16: bf16 buckets, which the MPI path has no type for: the
+ *   NCCL path's output is the fp32 MPI path's rounded to bf16, bit for bit
+ *   (compare()).
+ * - ddp_shape_fresh_auto: the comm hook's new tensor per call under the
+ *   default DGC_BUFFER_KEY: its addresses rotate over memory other buckets
+ *   had, and the NCCL path retires every state a new buffer overlaps, so
+ *   each call starts from a new state: it equals the MPI path with each
+ *   call's buffer at a new address (mpi_new), not the MPI path on the same
+ *   rotating pool, which keys by address and retires nothing for overlap.
+ *
  * The program knows nothing of the shim: MPI_Init is the ordinary one (so
  * the shim's MPI path runs), and the DGC_* settings are set before it. */
 #include <cuda_runtime_api.h>
@@ -80,6 +98,21 @@ static float grad(int r, long step, long i) {
     return ((float)(k >> 40) / 8388608.0f - 1.0f) * scale[(i / 97) % 4];
 }
 
+/* bf16 on the host: round to nearest even (finite values only here). */
+static uint16_t float_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    x += 0x7fff + ((x >> 16) & 1);
+    return (uint16_t)(x >> 16);
+}
+
+static float bf16_to_float(uint16_t b) {
+    uint32_t x = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
 static uint64_t hash_bytes(const void *p, size_t len) {
     const unsigned char *b = p;
     uint64_t h = 1469598103934665603ull;
@@ -87,76 +120,216 @@ static uint64_t hash_bytes(const void *p, size_t len) {
     return h;
 }
 
-static void check_identical(const float *out, long n, long step) {
-    uint64_t h = hash_bytes(out, (size_t)n * sizeof(float)), all[64];
+static void check_identical(const void *out, size_t bytes, long step) {
+    uint64_t h = hash_bytes(out, bytes), all[64];
     if (nranks > 64) fail("too many ranks");
     PMPI_Allgather(&h, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
     for (int r = 1; r < nranks; r++)
         if (all[r] != all[0]) fail("step %ld: rank %d's output bytes differ from rank 0's", step, r);
 }
 
-static int group_rank = -1; /* the rank that wraps each step's calls in a group (older DDP, coalesced calls) */
+typedef struct {
+    const char *name;
+    const char *env[8];
+    int group_rank; /* the rank that wraps each step's calls in a group (older DDP, coalesced calls), or -1 */
+    int fresh;      /* a new buffer per bucket per call (a comm hook's new tensor) */
+    int mpi_new;    /* with fresh: the MPI path's buffers at ever new addresses instead (mpi_bucket) */
+    int moved;      /* the rebuilt buckets at new addresses (B), step 0's bucket (A) left to other uses */
+    int unused;     /* find_unused_parameters: the local-used map's all-reduce, a bucket unused on rank 1 */
+    int bf16;       /* the buckets in bf16 (ncclBfloat16) */
+    long steps;     /* 0: STEPS */
+    int stats_file; /* DGC_STATS_FILE, read back after MPI_Finalize (print_stats_file) */
+} test_case;
+
+static const test_case *tc;
+static long steps;
+static size_t esize; /* the buckets' element size on the NCCL path: 4 (fp32) or 2 (bf16) */
 
 /* fresh: every bucket is all-reduced from a buffer of its own each call, as
  * a comm hook that makes a new tensor per call (fp16_compress_hook's
  * pattern) gets from a caching allocator: slots of a pool in a rotating
- * order, so that a bucket often lands where another was (DGC_BUFFER_KEY=order). */
+ * order, so that a bucket often lands where another was. */
 #define POOL 4
-static int fresh;
-static float *dev_pool[POOL], *host_pool[POOL];
+static unsigned char *dev_pool[POOL];
+static float *host_pool[POOL];
 
-static float *slot(float **pool, long step, int b) { return pool[(b + step) % POOL] + (step % 3) * 16; }
+static unsigned char *dev_slot(long step, int b) { return dev_pool[(b + step) % POOL] + (step % 3) * 64; }
+static float *host_slot(long step, int b) { return host_pool[(b + step) % POOL] + (step % 3) * 16; }
+
+/* fresh == SHARED: the caching allocator's steady state when a bucket's
+ * tensor is freed (its all-reduce done) before the next one is made: the
+ * same block for buckets 0 and 2 every step, another for bucket 1; each
+ * bucket copied in, all-reduced and copied back in turn. */
+#define SHARED 2
 
 /* Copies bucket b in (to 1) or back out of (to 0) its fresh buffer; nothing
  * without fresh. Outside any group: a grouped collective is enqueued at
  * ncclGroupEnd, after whatever the stream got inside the group. */
-static void fresh_copy(float *x, long n, long step, int b, int in, cudaStream_t s) {
-    if (!fresh) return;
-    float *y = slot(dev_pool, step, b);
-    const size_t bytes = (size_t)n * sizeof(float);
+static void fresh_copy(unsigned char *x, long n, long step, int b, int in, cudaStream_t s) {
+    if (!tc->fresh) return;
+    unsigned char *y = tc->fresh == SHARED ? dev_pool[b == 1] : dev_slot(step, b);
+    const size_t bytes = (size_t)n * esize;
     CUDA_OK(cudaMemcpyAsync(in ? y : x, in ? x : y, bytes, cudaMemcpyDeviceToDevice, s));
 }
 
-static void nccl_bucket(float *x, long n, long step, int b, ncclComm_t comm, cudaStream_t s) {
-    float *y = fresh ? slot(dev_pool, step, b) : x;
-    NCCL_OK(ncclAllReduce(y, y, (size_t)n, ncclFloat32, ncclSum, comm, s));
+static void nccl_bucket(unsigned char *x, long n, long step, int b, ncclComm_t comm, cudaStream_t s) {
+    unsigned char *y = tc->fresh == SHARED ? dev_pool[b == 1] : tc->fresh ? dev_slot(step, b) : x;
+    NCCL_OK(ncclAllReduce(y, y, (size_t)n, tc->bf16 ? ncclBfloat16 : ncclFloat32, ncclSum, comm, s));
 }
 
 /* The calls of one step, on the NCCL path, as DDP issues them. */
-static void nccl_step(float *dev, long step, ncclComm_t comm, cudaStream_t s) {
-    const int grouped = rank == group_rank;
+static void nccl_step(unsigned char *dev, long step, ncclComm_t comm, cudaStream_t s) {
+    const int grouped = rank == tc->group_rank;
     const int nb = step == 0 ? 1 : NBUCKETS;
+    if (tc->fresh == SHARED) { /* one bucket after another: copy in, all-reduce, copy back */
+        long at = 0;
+        for (int b = 0; b < nb; b++) {
+            const long n = step == 0 ? ALL : bucket[b];
+            fresh_copy(dev + at * esize, n, step, b, 1, s);
+            nccl_bucket(dev + at * esize, n, step, b, comm, s);
+            fresh_copy(dev + at * esize, n, step, b, 0, s);
+            at += n;
+        }
+        return;
+    }
     for (int pass = 0; pass < 3; pass++) { /* copy in, all-reduce (grouped or not), copy back */
         if (pass == 1 && grouped) NCCL_OK(ncclGroupStart());
         long at = 0;
         for (int b = 0; b < nb; b++) {
             const long n = step == 0 ? ALL : bucket[b];
-            if (pass == 1) nccl_bucket(dev + at, n, step, b, comm, s);
-            else fresh_copy(dev + at, n, step, b, pass == 0, s);
+            if (pass == 1) nccl_bucket(dev + at * esize, n, step, b, comm, s);
+            else fresh_copy(dev + at * esize, n, step, b, pass == 0, s);
             at += n;
         }
         if (pass == 1 && grouped) NCCL_OK(ncclGroupEnd());
     }
 }
 
-static void mpi_bucket(float *x, long n, long step, int b) {
-    float *y = fresh ? slot(host_pool, step, b) : x;
-    if (fresh) memcpy(y, x, (size_t)n * sizeof(float));
+/* mpi_new: the MPI path's buffer of each call at an address no earlier
+ * call had (step s's buckets at s ALL floats into an arena of steps ALL). */
+static float *mpi_arena;
+
+static void mpi_bucket(float *x, long at, long n, long step, int b) {
+    float *y = tc->mpi_new           ? mpi_arena + step * ALL + at
+               : tc->fresh == SHARED ? host_pool[b == 1]
+               : tc->fresh           ? host_slot(step, b)
+                                     : x + at;
+    if (y != x + at) memcpy(y, x + at, (size_t)n * sizeof(float));
     if (MPI_Allreduce(MPI_IN_PLACE, y, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
         fail("MPI_Allreduce failed");
-    if (fresh) memcpy(x, y, (size_t)n * sizeof(float));
+    if (y != x + at) memcpy(x + at, y, (size_t)n * sizeof(float));
 }
 
 static void mpi_step(float *host, long step) {
     if (step == 0) {
-        mpi_bucket(host, ALL, step, 0);
+        mpi_bucket(host, 0, ALL, step, 0);
         return;
     }
     long at = 0;
     for (int b = 0; b < NBUCKETS; b++) {
-        mpi_bucket(host + at, bucket[b], step, b);
+        mpi_bucket(host, at, bucket[b], step, b);
         at += bucket[b];
     }
+}
+
+/* find_unused_parameters (unused): the parameters of the last bucket (its
+ * 20000 elements) take no part in rank 1's forward pass at 3 steps in 4, so
+ * that rank's gradients there are zero (DDP zeroes an unused parameter's
+ * place in its bucket), and each step, once every bucket's all-reduce is
+ * issued, DDP all-reduces its local-used map: one int32 per parameter, 1
+ * where this rank used it, ncclInt32 ncclSum (Reducer::all_reduce_local_used_map,
+ * a tensor of at::kInt on the device, the same tensor every step). Here a
+ * parameter is 16 elements of a bucket (the last one shorter): 23886 of
+ * them, past DGC_MIN_ELEMENTS, so that only its type makes it pass through. */
+#define PARAM 16
+#define NMAP ((262144 + PARAM - 1) / PARAM + (100003 + PARAM - 1) / PARAM + (20000 + PARAM - 1) / PARAM)
+#define UNUSED_AT (262144 + 100003) /* the first element of the last bucket */
+#define UNUSED_MAP ((262144 + PARAM - 1) / PARAM + (100003 + PARAM - 1) / PARAM)
+
+static int is_unused(int r, long step) { return tc->unused && r == 1 && step % 4 != 0; }
+
+static void local_used_map(int32_t *map, int r, long step) {
+    for (long p = 0; p < NMAP; p++) map[p] = !(p >= UNUSED_MAP && is_unused(r, step));
+}
+
+/* The NCCL path's outputs as floats (bf16 widened). */
+static void widen(const void *raw, float *out) {
+    if (!tc->bf16) {
+        memcpy(out, raw, (size_t)ALL * sizeof(float));
+        return;
+    }
+    const uint16_t *h = raw;
+    for (long i = 0; i < ALL; i++) out[i] = bf16_to_float(h[i]);
+}
+
+/* bf16: the NCCL path's output must be the MPI path's fp32 output rounded
+ * to bf16 (nearest even), bit for bit. Both paths get the same gradients
+ * (bf16 values, so exactly the same floats), keep residual and momentum in
+ * fp32, and here send every step by the sparse all-gather, which sums in
+ * fp32 (the case checks the STATS transport column): the NCCL path rounds
+ * the decoded fp32 sum to the buffer's type once, at the end. A bf16 step
+ * by the dense transport would sum in bf16, which the MPI path cannot (it
+ * has no 16-bit type), and end the equality: then DGC_TRANSPORT=sparse
+ * belongs in the case's settings. */
+static void compare(const void *raw, const float *via_nccl, const float *via_mpi, long step) {
+    for (long i = 0; i < ALL; i++) {
+        if (tc->bf16) {
+            const uint16_t got = ((const uint16_t *)raw)[i], want = float_to_bf16(via_mpi[i]);
+            if (got != want)
+                fail("step %ld element %ld: the NCCL path gave bf16 %#06x (%.9g), the MPI path %.9g, which "
+                     "rounds to %#06x",
+                     step, i, got, via_nccl[i], via_mpi[i], want);
+        } else if (memcmp(&via_nccl[i], &via_mpi[i], sizeof(float)) != 0) {
+            fail("step %ld element %ld: the NCCL path gave %.9g, the MPI path %.9g", step, i, via_nccl[i],
+                 via_mpi[i]);
+        }
+        if (via_nccl[i] != via_nccl[i] || via_nccl[i] - via_nccl[i] != 0.0f)
+            fail("step %ld element %ld: the NCCL path gave %g", step, i, via_nccl[i]);
+    }
+}
+
+/* moved: the state of step 0's bucket, as the shim's statistics file says
+ * at the last step (DGC_STATS_FILE with DGC_STATS_EVERY=1: its last line):
+ * the row of the bucket's address and count, on each path. The ctest case
+ * holds the line this prints to the shim's policy of the day. */
+static const char *stats_stem;
+
+static void report_old_state(const void *dev_a, const void *host_a) {
+    char path[512];
+    snprintf(path, sizeof path, "%s.%d", stats_stem, rank);
+    FILE *f = fopen(path, "r");
+    if (!f) fail("no statistics file %s", path);
+    size_t cap = 1 << 22, len = 0;
+    char *line = malloc(cap), *last = malloc(cap);
+    if (!line || !last) fail("no host memory");
+    last[0] = 0;
+    while (fgets(line, (int)cap, f)) {
+        len = strlen(line);
+        if (len && line[len - 1] == '\n') memcpy(last, line, len + 1);
+    }
+    fclose(f);
+    const void *at[2] = {dev_a, host_a};
+    char said[2][96];
+    for (int p = 0; p < 2; p++) {
+        char key[128];
+        snprintf(key, sizeof key, "{\"buffer\":\"%p\",\"count\":%ld,\"live\":", at[p], (long)ALL);
+        const char *row = strstr(last, key);
+        if (!row) {
+            snprintf(said[p], sizeof said[p], "no row");
+            continue;
+        }
+        row += strlen(key);
+        const int live = strncmp(row, "true", 4) == 0;
+        const char *st = strstr(row, "\"states\":");
+        snprintf(said[p], sizeof said[p], "%s (states %lld)", live ? "live" : "released",
+                 st ? atoll(st + strlen("\"states\":")) : -1ll);
+    }
+    const char *ls = strstr(last, "\"live_states\":");
+    printf("gpu.nccl.%s rank %d: step 0's bucket at the last step: NCCL path %s, MPI path %s; live states %lld\n",
+           case_name, rank, said[0], said[1], ls ? atoll(ls + strlen("\"live_states\":")) : -1ll);
+    fflush(stdout);
+    free(line);
+    free(last);
 }
 
 static void run(void) {
@@ -167,35 +340,81 @@ static void run(void) {
     NCCL_OK(ncclCommInitRank(&comm, nranks, id, rank));
     cudaStream_t s;
     CUDA_OK(cudaStreamCreate(&s));
-    const size_t bytes = (size_t)ALL * sizeof(float);
-    float *g = malloc(bytes), *via_mpi = malloc(bytes), *via_nccl = malloc(bytes), *dev = NULL;
-    if (!g || !via_mpi || !via_nccl) fail("no host memory");
-    CUDA_OK(cudaMalloc((void **)&dev, bytes));
-    for (int j = 0; fresh && j < POOL; j++) {
-        CUDA_OK(cudaMalloc((void **)&dev_pool[j], bytes + 64 * sizeof(float)));
+    const size_t bytes = (size_t)ALL * sizeof(float), dbytes = (size_t)ALL * esize;
+    float *g = malloc(bytes), *via_mpi = malloc(bytes), *via_nccl = malloc(bytes), *host_a = NULL;
+    void *raw = malloc(dbytes), *up = malloc(dbytes);
+    int32_t *map = malloc(NMAP * sizeof(int32_t)), *map_mpi = malloc(NMAP * sizeof(int32_t)),
+            *map_nccl = malloc(NMAP * sizeof(int32_t)), *dev_map = NULL;
+    unsigned char *dev = NULL, *dev_a = NULL;
+    if (!g || !via_mpi || !via_nccl || !raw || !up || !map || !map_mpi || !map_nccl) fail("no host memory");
+    /* Step 0's bucket; unless moved, the rebuilt buckets take its memory. */
+    CUDA_OK(cudaMalloc((void **)&dev_a, dbytes));
+    if (tc->moved && !(host_a = malloc(bytes))) fail("no host memory");
+    if (tc->mpi_new && !(mpi_arena = malloc(bytes * (size_t)steps))) fail("no host memory");
+    if (tc->unused) CUDA_OK(cudaMalloc((void **)&dev_map, NMAP * sizeof(int32_t)));
+    for (int j = 0; tc->fresh && j < POOL; j++) {
+        CUDA_OK(cudaMalloc((void **)&dev_pool[j], dbytes + 256));
         if (!(host_pool[j] = malloc(bytes + 64 * sizeof(float)))) fail("no host memory");
     }
     long nonzero = 0;
-    for (long step = 0; step < STEPS; step++) {
-        for (long i = 0; i < ALL; i++) g[i] = grad(rank, step, i);
-        CUDA_OK(cudaMemcpy(dev, g, bytes, cudaMemcpyHostToDevice));
+    for (long step = 0; step < steps; step++) {
+        if (step == 1 && tc->moved) {
+            /* DDP's rebuild: the buckets allocated afresh (B), step 0's
+             * bucket (A) kept by the caching allocator for other tensors:
+             * activations, written every step and never all-reduced. */
+            CUDA_OK(cudaMalloc((void **)&dev, dbytes));
+        } else if (step == 0) {
+            dev = dev_a;
+        }
+        if (tc->moved && step > 0) CUDA_OK(cudaMemsetAsync(dev_a, (int)(step & 0xff), dbytes, s));
+        for (long i = 0; i < ALL; i++) g[i] = i >= UNUSED_AT && is_unused(rank, step) ? 0.0f : grad(rank, step, i);
+        if (tc->bf16) {
+            uint16_t *h = up;
+            for (long i = 0; i < ALL; i++) g[i] = bf16_to_float(h[i] = float_to_bf16(g[i]));
+        } else {
+            memcpy(up, g, bytes);
+        }
+        CUDA_OK(cudaMemcpy(dev, up, dbytes, cudaMemcpyHostToDevice));
         nccl_step(dev, step, comm, s);
-        memcpy(via_mpi, g, bytes);
-        mpi_step(via_mpi, step);
+        if (tc->unused) { /* after every bucket's all-reduce is issued, as the reducer does */
+            local_used_map(map, rank, step);
+            CUDA_OK(cudaMemcpyAsync(dev_map, map, NMAP * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+            NCCL_OK(ncclAllReduce(dev_map, dev_map, NMAP, ncclInt32, ncclSum, comm, s));
+        }
+        float *mpi_buf = tc->moved && step == 0 ? host_a : via_mpi;
+        memcpy(mpi_buf, g, bytes);
+        mpi_step(mpi_buf, step);
+        if (mpi_buf != via_mpi) memcpy(via_mpi, mpi_buf, bytes);
+        if (tc->unused) {
+            memcpy(map_mpi, map, NMAP * sizeof(int32_t));
+            if (MPI_Allreduce(MPI_IN_PLACE, map_mpi, NMAP, MPI_INT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
+                fail("MPI_Allreduce of the local-used map failed");
+        }
         CUDA_OK(cudaStreamSynchronize(s));
-        CUDA_OK(cudaMemcpy(via_nccl, dev, bytes, cudaMemcpyDeviceToHost));
-        for (long i = 0; i < ALL; i++)
-            if (memcmp(&via_nccl[i], &via_mpi[i], sizeof(float)) != 0)
-                fail("step %ld element %ld: the NCCL path gave %.9g, the MPI path %.9g", step, i, via_nccl[i],
-                     via_mpi[i]);
-        check_identical(via_nccl, ALL, step);
+        CUDA_OK(cudaMemcpy(raw, dev, dbytes, cudaMemcpyDeviceToHost));
+        widen(raw, via_nccl);
+        compare(raw, via_nccl, via_mpi, step);
+        check_identical(raw, dbytes, step);
+        if (tc->unused) { /* exact on both paths: the number of ranks that used each parameter */
+            CUDA_OK(cudaMemcpy(map_nccl, dev_map, NMAP * sizeof(int32_t), cudaMemcpyDeviceToHost));
+            for (long p = 0; p < NMAP; p++) {
+                int32_t want = 0;
+                for (int r = 0; r < nranks; r++) want += !(p >= UNUSED_MAP && is_unused(r, step));
+                if (map_nccl[p] != want || map_mpi[p] != want)
+                    fail("step %ld: parameter %ld used on %d rank(s), the NCCL path's map says %d, the MPI path's %d",
+                         step, p, (int)want, (int)map_nccl[p], (int)map_mpi[p]);
+            }
+        }
         for (long i = 0; i < ALL; i++) nonzero += via_nccl[i] != 0.0f;
     }
     if (nonzero == 0) fail("every output was zero");
-    printf("gpu.nccl.%s rank %d: %d steps, NCCL path equal to the MPI path bit for bit, %.1f non-zeros a step\n",
-           case_name, rank, STEPS, (double)nonzero / STEPS);
-    CUDA_OK(cudaFree(dev));
-    for (int j = 0; fresh && j < POOL; j++) {
+    if (tc->moved) report_old_state(dev_a, host_a);
+    printf("gpu.nccl.%s rank %d: %ld steps, NCCL path equal to the MPI path %s, %.1f non-zeros a step\n", case_name,
+           rank, steps, tc->bf16 ? "rounded to bf16, bit for bit" : "bit for bit", (double)nonzero / (double)steps);
+    CUDA_OK(cudaFree(dev_a));
+    if (dev != dev_a) CUDA_OK(cudaFree(dev));
+    if (dev_map) CUDA_OK(cudaFree(dev_map));
+    for (int j = 0; tc->fresh && j < POOL; j++) {
         CUDA_OK(cudaFree(dev_pool[j]));
         free(host_pool[j]);
     }
@@ -203,81 +422,113 @@ static void run(void) {
     free(g);
     free(via_mpi);
     free(via_nccl);
+    free(raw);
+    free(up);
+    free(host_a);
+    free(mpi_arena);
+    free(map);
+    free(map_mpi);
+    free(map_nccl);
 }
 
-typedef struct {
-    const char *name;
-    const char *env[8];
-    int group_rank;
-    int fresh;
-} test_case;
-
 #define DDP "DGC_WARMUP_STEPS=20", "DGC_MOMENTUM=0.9", "DGC_STATS=1"
+/* The later variants: 60 steps, warm-up 10 (under 60 s each on the emulated device). */
+#define DDP60 "DGC_WARMUP_STEPS=10", "DGC_MOMENTUM=0.9", "DGC_STATS=1"
 static const test_case cases[] = {
-    {"ddp_shape", {DDP}, -1, 0},
-    {"ddp_shape_fp32", {DDP, "DGC_VALUE_BITS=32"}, -1, 0},
+    {.name = "ddp_shape", .env = {DDP}, .group_rank = -1},
+    {.name = "ddp_shape_fp32", .env = {DDP, "DGC_VALUE_BITS=32"}, .group_rank = -1},
     /* A budget on every rank that the large buckets' states pass: they are
      * summed densely, on both paths, the small one compressed. 2 MB, not
      * 1: here one process holds both paths' states under the one budget
      * (the NCCL path's 20000-element state alone is 0.78 MB: it is sized for
      * the warm-up's densest step). */
-    {"ddp_shape_over_budget", {DDP, "DGC_MAX_STATE_MB=2"}, -1, 0},
+    {.name = "ddp_shape_over_budget", .env = {DDP, "DGC_MAX_STATE_MB=2"}, .group_rank = -1},
     /* Rank 1 groups each step's calls, rank 0 does not. */
-    {"ddp_shape_mixed_groups", {DDP}, 1, 0},
+    {.name = "ddp_shape_mixed_groups", .env = {DDP}, .group_rank = 1},
     /* DGC_STATS_FILE, written from both paths' calls (print_stats_file). */
-    {"ddp_shape_stats_file", {DDP, "DGC_STATS_EVERY=100"}, -1, 0},
+    {.name = "ddp_shape_stats_file", .env = {DDP, "DGC_STATS_EVERY=100"}, .group_rank = -1, .stats_file = 1},
     /* A fresh buffer per bucket per call (a comm hook's new tensor), keyed
      * by order on both paths: the NCCL path still equals the MPI path. */
-    {"ddp_shape_fresh", {DDP, "DGC_BUFFER_KEY=order"}, -1, 1},
-    {"ddp_shape_fresh_groups", {DDP, "DGC_BUFFER_KEY=order"}, 1, 1},
+    {.name = "ddp_shape_fresh", .env = {DDP, "DGC_BUFFER_KEY=order"}, .group_rank = -1, .fresh = 1},
+    {.name = "ddp_shape_fresh_groups", .env = {DDP, "DGC_BUFFER_KEY=order"}, .group_rank = 1, .fresh = 1},
+    /* The same under the caching allocator's steady state: buckets 0 and 2
+     * in one block every step (SHARED). */
+    {.name = "ddp_shape_fresh_shared", .env = {DDP60, "DGC_BUFFER_KEY=order"}, .group_rank = -1, .fresh = SHARED,
+     .steps = 60},
+    /* DDP's rebuild at new addresses: step 0's bucket in A, every later
+     * step's buckets in B, allocated after step 0; A stays allocated and is
+     * written every step (activations), never all-reduced again. */
+    {.name = "ddp_shape_rebuild_moved", .env = {DDP60, "DGC_STATS_EVERY=1"}, .group_rank = -1, .moved = 1,
+     .steps = 60},
+    /* find_unused_parameters: the local-used map's int32 all-reduce each
+     * step, after the buckets; the last bucket zero on rank 1 at 3 steps in 4. */
+    {.name = "ddp_shape_unused", .env = {DDP60}, .group_rank = -1, .unused = 1, .steps = 60},
+    /* bf16 buckets against the fp32 MPI path rounded to bf16 (compare()). */
+    {.name = "ddp_shape_bf16", .env = {DDP60}, .group_rank = -1, .bf16 = 1, .steps = 60},
+    /* A comm hook's new tensor per call under the default DGC_BUFFER_KEY.
+     * The calls counted from DGC_STATS_FILE, not DGC_STATS: the MPI path's
+     * state per call would make the report hundreds of rows. */
+    {.name = "ddp_shape_fresh_auto", .env = {"DGC_WARMUP_STEPS=10", "DGC_MOMENTUM=0.9"}, .group_rank = -1, .fresh = 1,
+     .mpi_new = 1, .steps = 60, .stats_file = 1},
 };
 
 /* Each rank's DGC_STATS_FILE after MPI_Finalize: how many lines of each
- * event, and the exit line's compressed_calls, for the case's --grep. */
+ * event, and the exit line's compressed and pass-through calls, for the
+ * case's --grep. */
 static void print_stats_file(const char *stem) {
-    char path[512], line[65536];
+    char path[512];
     snprintf(path, sizeof path, "%s.%d", stem, rank);
     FILE *f = fopen(path, "r");
     if (!f) {
         printf("stats file rank %d: %s missing\n", rank, path);
         return;
     }
+    const size_t cap = 1 << 22; /* a line has a row per buffer seen */
+    char *line = malloc(cap);
+    if (!line) fail("no host memory");
     int every = 0, exits = 0;
-    long long calls = -1;
-    while (fgets(line, sizeof line, f)) {
+    long long calls = -1, passed = -1;
+    while (fgets(line, (int)cap, f)) {
         every += strstr(line, "\"event\":\"every\"") != NULL;
         if (strstr(line, "\"event\":\"exit\"")) {
             exits++;
-            const char *c = strstr(line, "\"compressed_calls\":");
+            const char *c = strstr(line, "\"compressed_calls\":"), *p = strstr(line, "\"passthrough_calls\":");
             if (c) calls = atoll(c + strlen("\"compressed_calls\":"));
+            if (p) passed = atoll(p + strlen("\"passthrough_calls\":"));
         }
     }
     fclose(f);
+    free(line);
     remove(path);
-    printf("stats file rank %d: every %d exit %d compressed_calls %lld\n", rank, every, exits, calls);
+    printf("stats file rank %d: every %d exit %d compressed_calls %lld passthrough_calls %lld\n", rank, every, exits,
+           calls, passed);
     fflush(stdout);
 }
 
 int main(int argc, char **argv) {
-    const test_case *tc = NULL;
     for (size_t i = 0; argc == 2 && i < sizeof cases / sizeof cases[0]; i++)
         if (strcmp(argv[1], cases[i].name) == 0) tc = &cases[i];
     if (!tc) {
-        fprintf(stderr, "usage: ddp_shape CASE (ddp_shape, ddp_shape_fp32, ddp_shape_over_budget, "
-                        "ddp_shape_mixed_groups, ddp_shape_stats_file, ddp_shape_fresh, ddp_shape_fresh_groups)\n");
+        fprintf(stderr, "usage: ddp_shape CASE (one of:");
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) fprintf(stderr, " %s", cases[i].name);
+        fprintf(stderr, ")\n");
         return 2;
     }
     case_name = tc->name;
-    group_rank = tc->group_rank;
-    fresh = tc->fresh;
+    steps = tc->steps ? tc->steps : STEPS;
+    esize = tc->bf16 ? 2 : 4;
     /* Before MPI_Init: the shim reads its settings there (the MPI path) and
      * at the first NCCL call (the NCCL path). */
     for (int i = 0; i < 8 && tc->env[i]; i++) putenv((char *)tc->env[i]);
     /* Both ranks' parent is the same launcher: one stem for the case's ranks. */
     static char stats_env[128];
     snprintf(stats_env, sizeof stats_env, "DGC_STATS_FILE=/tmp/dgc-ddp-shape-%ld", (long)getppid());
-    int stats_file = strcmp(tc->name, "ddp_shape_stats_file") == 0;
-    if (stats_file) putenv(stats_env);
+    stats_stem = stats_env + strlen("DGC_STATS_FILE=");
+    if (tc->stats_file || tc->moved) putenv(stats_env);
+    /* One pipe for this program's lines and the shim's (stderr): mpirun
+     * forwards a rank's stdout and stderr separately, in chunks, and a
+     * chunk of one can end mid-line where the other's begins. */
+    if (dup2(STDERR_FILENO, STDOUT_FILENO) < 0) return 1;
     if (MPI_Init(&argc, &argv) != MPI_SUCCESS) return 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
@@ -287,6 +538,11 @@ int main(int argc, char **argv) {
     printf("PASS gpu.nccl.%s rank %d of %d\n", tc->name, rank, nranks);
     fflush(stdout);
     MPI_Finalize();
-    if (stats_file) print_stats_file(stats_env + strlen("DGC_STATS_FILE="));
+    if (tc->stats_file) print_stats_file(stats_stem);
+    if (tc->moved) {
+        char path[512];
+        snprintf(path, sizeof path, "%s.%d", stats_stem, rank);
+        remove(path);
+    }
     return 0;
 }
