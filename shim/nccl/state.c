@@ -128,7 +128,8 @@ static void retire_overlapping(dgc_nccl_call *k, const void *key) {
     if (x->retired >= RETIRE_WARN && !x->retire_warned++)
         DGC_WARN("%llu buffer states on one communicator were retired because new buffers overlapped them: the "
                  "program all-reduces buffers that overlap each other in turn, so their residuals keep starting "
-                 "afresh (said once per communicator)",
+                 "afresh: a comm hook that makes a new tensor per call (fp16_compress_hook) wants "
+                 "DGC_BUFFER_KEY=order, which follows each bucket's place in the step (said once per communicator)",
                  (unsigned long long)x->retired);
 }
 
