@@ -87,14 +87,38 @@ qdisc_sent() {
 ASAN=()
 [ -z "${ASAN_OPTIONS:-}" ] || ASAN=(-x "ASAN_OPTIONS=$ASAN_OPTIONS")
 
+# job SECONDS OUT [run.sh options] -- command: one job, its output in OUT.
+# Each takes a second or two; SECONDS bounds a hang, the three jobs together
+# within ctest's 300. MPICH's jobs here have, once in a while, hung in their
+# teardown after printing their result row (hydra's proxies and UCX over TCP
+# between the namespaces: seen in CI on the launch-only job, the shim not
+# loaded at all). Under MPICH a job that timed out with its result printed
+# counts as done, with a note, its ranks stopped: its traffic is all on the
+# counters. Any other timeout, and any under Open MPI, fails. (A hang in the
+# shim's own MPI_Finalize under MPICH would show in the mpi.* cases, which
+# run without the namespaces.)
+job() {
+    local secs=$1 out=$2 rc=0
+    shift 2
+    timeout "$secs" "$HERE/run.sh" "$N" ${ASAN[@]+"${ASAN[@]}"} "$@" >"$out" 2>&1 || rc=$?
+    [ "$rc" -ne 0 ] || return 0
+    if [ "$rc" -eq 124 ] && [ "${MPI_FAMILY:-openmpi}" = mpich ] &&
+        awk '!/^#/ && NF >= 6 && $3 == "float" {found = 1} END {exit !found}' "$out"; then
+        pkill -f -- "$BENCH" 2>/dev/null || true
+        echo "  note: the MPICH job printed its result, then hung in its teardown; stopped after $secs s"
+        return 0
+    fi
+    return "$rc"
+}
+
 # run LABEL [mpirun options]: one job; prints its output, records bytes and time.
 declare -A TX RX WIRE TIME
 run() {
     local label=$1; shift
     local tx0 rx0 w0
     tx0=$(counter tx); rx0=$(counter rx); w0=$(qdisc_sent)
-    if ! timeout 300 "$HERE/run.sh" "$N" ${ASAN[@]+"${ASAN[@]}"} "$@" -- "$BENCH" --min-bytes "$BYTES" --max-bytes "$BYTES" \
-        --iters "$ITERS" --warmup "$WARMUP" >"$tmp/$label.out" 2>&1; then
+    if ! job 100 "$tmp/$label.out" "$@" -- "$BENCH" --min-bytes "$BYTES" --max-bytes "$BYTES" \
+        --iters "$ITERS" --warmup "$WARMUP"; then
         cat "$tmp/$label.out" >&2
         fail "the $label run failed"
     fi
@@ -105,7 +129,7 @@ run() {
 
 echo "== launch only (4-byte all-reduce, 1 call: what mpirun itself puts on the wire) =="
 tx0=$(counter tx)
-timeout 120 "$HERE/run.sh" "$N" ${ASAN[@]+"${ASAN[@]}"} -- "$BENCH" --min-bytes 4 --max-bytes 4 --iters 1 --warmup 0 >"$tmp/launch.out" 2>&1 ||
+job 40 "$tmp/launch.out" -- "$BENCH" --min-bytes 4 --max-bytes 4 --iters 1 --warmup 0 ||
     { cat "$tmp/launch.out" >&2; fail "the launch-only run failed"; }
 LAUNCH=$(($(counter tx) - tx0))
 echo "  $LAUNCH bytes"
