@@ -68,7 +68,6 @@ cudaError_t preload(const void *const *kernels, size_t count) {
 
 } // namespace dgc_cuda
 
-
 using namespace dgc_cuda;
 
 namespace {
@@ -280,6 +279,19 @@ static void carve(dgc_gpu_state *s, const layout *lp) {
     s->sc = (scratch *)(b + l.sc);
 }
 
+/* A state's shape and block, made and carved (not yet zeroed): what a new
+ * state and a resized one share. */
+static cudaError_t make_block(dgc_gpu_state *s, const dgc_gpu_shape *shape, const layout *l, int sms,
+                              cudaStream_t st) {
+    s->shape = *shape;
+    s->sms = sms;
+    s->bytes = l->total;
+    s->ns = stride_of(shape->n);
+    const cudaError_t e = alloc_block(s, l->total, st);
+    if (e == cudaSuccess) carve(s, l);
+    return e;
+}
+
 static cudaError_t zero_block(dgc_gpu_state *s, cudaStream_t st) {
     cudaError_t e;
     if ((e = cudaMemsetAsync(s->block, 0, s->bytes, st)) != cudaSuccess ||
@@ -325,12 +337,8 @@ dgc_gpu_state *dgc_gpu_state_create_with(const dgc_gpu_shape *shape, dgc_cuda_st
         fail_msg(err, errlen, "no host memory for a GPU state");
         return NULL;
     }
-    s->shape = *shape;
-    s->sms = sms;
-    s->bytes = l.total;
-    s->ns = stride_of(shape->n);
     char what[128];
-    if ((e = alloc_block(s, l.total, st)) != cudaSuccess) {
+    if ((e = make_block(s, shape, &l, sms, st)) != cudaSuccess) {
         snprintf(what, sizeof what, "cudaMalloc of %zu bytes for a %llu-element buffer's state", l.total,
                  (unsigned long long)shape->n);
         fail(err, errlen, what, e);
@@ -353,7 +361,6 @@ dgc_gpu_state *dgc_gpu_state_create_with(const dgc_gpu_shape *shape, dgc_cuda_st
         discard(s, st);
         return NULL;
     }
-    carve(s, &l);
     /* Zero state (v = u = 0, cur = 0, nothing kept), and no bad slot yet. */
     if ((e = zero_block(s, st)) != cudaSuccess) {
         fail(err, errlen, "zeroing a new GPU state", e);
@@ -362,7 +369,6 @@ dgc_gpu_state *dgc_gpu_state_create_with(const dgc_gpu_shape *shape, dgc_cuda_st
     }
     return s;
 }
-
 
 void dgc_gpu_state_destroy(dgc_gpu_state *s) {
     if (!s) return;
@@ -446,16 +452,11 @@ dgc_gpu_state *dgc_gpu_state_resize(dgc_gpu_state *s, const dgc_gpu_shape *shape
         else fail(err, errlen, "sizing the sort's scratch", e);
         return NULL;
     }
-    t->shape = *shape;
-    t->sms = s->sms;
-    t->bytes = l.total;
-    t->ns = s->ns;
-    if ((e = alloc_block(t, l.total, st)) != cudaSuccess) {
+    if ((e = make_block(t, shape, &l, s->sms, st)) != cudaSuccess) {
         fail(err, errlen, "allocating a resized state", e);
         free(t);
         return NULL;
     }
-    carve(t, &l);
     if ((e = zero_block(t, st)) != cudaSuccess || (e = move_content(s, t, st)) != cudaSuccess) {
         free_block(t->block, t->pooled, st);
         free(t);

@@ -661,11 +661,16 @@ void dgc_registry_keep_wire(dgc_buffer *b, const dgc_compact_layout *code, uint6
     b->prev_dense = 0;
 }
 
-void dgc_registry_account(dgc_buffer *b) {
-    size_t now = buffer_bytes(b);
-    pthread_mutex_lock(&lock);
+/* Under the lock: the entry's memory re-read into the totals. */
+static void reaccount(dgc_buffer *b) {
+    const size_t now = buffer_bytes(b);
     add_bytes(now, b->bytes);
     b->bytes = now;
+}
+
+void dgc_registry_account(dgc_buffer *b) {
+    pthread_mutex_lock(&lock);
+    reaccount(b);
     pthread_mutex_unlock(&lock);
 }
 
@@ -674,9 +679,7 @@ void dgc_registry_gpu_moved(dgc_buffer *b, void *gpu, size_t gpu_bytes) {
     add_device_bytes(gpu_bytes, b->gpu_bytes);
     b->gpu = gpu;
     b->gpu_bytes = gpu_bytes;
-    const size_t now = buffer_bytes(b);
-    add_bytes(now, b->bytes);
-    b->bytes = now;
+    reaccount(b);
     pthread_mutex_unlock(&lock);
 }
 
