@@ -60,7 +60,8 @@ typedef enum {
 
 /* What a call's residual state follows (DGC_BUFFER_KEY). */
 typedef enum {
-    DGC_KEY_AUTO = 0,    /* by address, and a communicator whose one count keeps moving is summed densely */
+    DGC_KEY_AUTO = 0,    /* by address until buffers are seen made afresh (then by place); a communicator whose
+                          * one count keeps moving is summed densely (MPI path) */
     DGC_KEY_ADDRESS = 1, /* the call's send and output addresses: persistent buffers */
     DGC_KEY_ORDER = 2    /* its place among the step's calls of its count: fresh buffers every step */
 } dgc_buffer_key;

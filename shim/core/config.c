@@ -112,8 +112,8 @@ static const char *const summaries[DGC_OPT_COUNT] = {
                              "GPU's memory on the NCCL path, no limit on the MPI path",
     [DGC_OPT_TRANSPORT] = "how the selected pairs travel: per call the fewer bytes, or forced",
     [DGC_OPT_VALUE_BITS] = "bits per value on the wire: 16 (scaled binary16) or 32 (fp32)",
-    [DGC_OPT_BUFFER_KEY] = "what a buffer's residual follows: its address (auto: summed densely where it keeps "
-                           "moving), or its place in the step's calls (fresh buffers every step)",
+    [DGC_OPT_BUFFER_KEY] = "what a buffer's residual follows: its address, or its place in the step's calls "
+                           "(fresh buffers every step); auto: the address until buffers are seen made afresh",
     [DGC_OPT_TOPOLOGY] = "MPI path: node sums exactly inside each node and compresses each local rank's shard "
                          "across nodes; flat compresses every rank's whole buffer; auto: node where there are 2+ "
                          "equal nodes of 2+ ranks",

@@ -21,6 +21,7 @@ struct dgc_order {
     uint64_t *pattern;  /* the step's counts */
     uint32_t *position; /* position[j]: the index of call j among the step's calls of its count */
     uint64_t phase;     /* the next call's index within the step */
+    uint64_t generation; /* steps learnt so far */
     int changed, too_long;
 };
 
@@ -87,6 +88,7 @@ static int learn_step(dgc_order *o, uint64_t at, uint64_t p) {
     }
     o->step = p;
     o->phase = 1 % p;
+    o->generation++;
     o->len = 0; /* the history is not needed while the step holds */
     return 0;
 }
@@ -127,3 +129,7 @@ void dgc_order_undo(dgc_order *o) {
 }
 
 uint64_t dgc_order_step(const dgc_order *o) { return o->step; }
+
+uint64_t dgc_order_index(const dgc_order *o) { return o->step ? (o->phase + o->step - 1) % o->step : 0; }
+
+uint64_t dgc_order_generation(const dgc_order *o) { return o->generation; }

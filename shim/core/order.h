@@ -41,4 +41,11 @@ void dgc_order_undo(dgc_order *o);
 /* The learnt step's length in calls, 0 while none is known. */
 uint64_t dgc_order_step(const dgc_order *o);
 
+/* The latest call's index among the step's calls (0 .. step - 1), when
+ * dgc_order_next gave it a position; and how many steps have been learnt
+ * so far (a new one after each change), to tell one learnt step's indices
+ * from another's. */
+uint64_t dgc_order_index(const dgc_order *o);
+uint64_t dgc_order_generation(const dgc_order *o);
+
 #endif

@@ -3,6 +3,7 @@
 #include "registry.h"
 
 #include "order.h"
+#include "places.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -302,6 +303,7 @@ static int always(const dgc_buffer *b, const void *ctx) {
 static void free_comm(dgc_comm *c) {
     if (c->ext_free) c->ext_free(c->ext);
     dgc_order_free(c->order);
+    dgc_places_free(c->places);
     dgc_pages_free(c->reserve, c->head * ((size_t)c->nranks + 1));
     free(c->counters);
     free(c);
@@ -404,6 +406,24 @@ void dgc_registry_order_undo(dgc_comm *c) {
 }
 
 const int dgc_order_key_tag = 0;
+
+int64_t dgc_registry_auto_place(dgc_comm *c, uint64_t count, const void *send, const void *buf, size_t elem,
+                                int *now) {
+    *now = 0;
+    const int64_t at = dgc_registry_order_next(c, count);
+    if (at < 0) return at == DGC_ORDER_TOO_LONG ? at : -1;
+    if (c->by_place) return at;
+    if (!c->places && !(c->places = dgc_places_new())) return -1;
+    /* The gradient's memory: the send buffer of an out-of-place call (one
+     * output may serve several persistent ones), else the buffer. */
+    const uintptr_t lo = (uintptr_t)(send ? send : buf);
+    const dgc_order *o = c->order;
+    if (!dgc_places_note(c->places, dgc_order_generation(o), dgc_order_step(o), dgc_order_index(o), lo,
+                         lo + count * elem))
+        return -1;
+    c->by_place = *now = 1;
+    return at;
+}
 
 void dgc_registry_undo_step(dgc_comm *c, uint64_t count) {
     step_counter *s = counter_of(c, count);

@@ -68,7 +68,9 @@ typedef struct {
     int holds;           /* calls in flight that hold it (under the registry's lock) */
     int closing;         /* its communicator is ending (unbound): freed by the last drop when held */
     int inside;          /* short queries of the communicator under way (dgc_registry_comm_enter) */
-    struct dgc_order *order; /* DGC_BUFFER_KEY=order: its step, learnt from its calls (core/order.h) */
+    struct dgc_order *order; /* DGC_BUFFER_KEY=order or auto: its step, learnt from its calls (core/order.h) */
+    struct dgc_places *places; /* DGC_BUFFER_KEY=auto: are its buffers made afresh (core/places.h)? */
+    int by_place;        /* DGC_BUFFER_KEY=auto: they are: its states follow places, as under order */
     int order_warned;    /* the order of its calls changed, or its step is too long: said once */
     int moving_warned;   /* its one count's calls come at moving addresses: said once */
     const void *last_send, *last_buf; /* its latest call's addresses, while it has one count */
@@ -192,6 +194,17 @@ int dgc_registry_note_moves(dgc_comm *c, uint64_t count, const void *send, const
  * or DGC_ORDER_* (< 0) while the step is not known; and its undo. */
 int64_t dgc_registry_order_next(dgc_comm *c, uint64_t count);
 void dgc_registry_order_undo(dgc_comm *c);
+
+/* DGC_BUFFER_KEY=auto: learns c's step from every call, as order does,
+ * and watches whether its buffers are made afresh (core/places.h): the
+ * gradient's memory, send (NULL in place) or else buf, count elements of
+ * elem bytes. Returns the call's position, to key its state as order
+ * does, once they have shown it (*now 1 at the call that showed it), else
+ * -1 (DGC_ORDER_TOO_LONG when no step will be learnt): key it by address.
+ * A rank's own decision: never a call passed through or summed densely
+ * for it. */
+int64_t dgc_registry_auto_place(dgc_comm *c, uint64_t count, const void *send, const void *buf, size_t elem,
+                                int *now);
 
 /* Under DGC_BUFFER_KEY=order a state's key is (DGC_ORDER_SEND, its position
  * + 1 as the output "address", count): never a real buffer's. */

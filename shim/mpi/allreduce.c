@@ -232,6 +232,21 @@ static int order_key(dgc_comm *c, uint64_t count, state_key *key) {
     return -1;
 }
 
+/* DGC_BUFFER_KEY=auto: by address until the communicator's buffers show
+ * that they are made afresh (core/places.h: one lands on memory another
+ * place of the step had), then by place in the step, as under order. A
+ * rank's own choice among its states: the call is compressed either way,
+ * as on every other rank. */
+static void auto_key(dgc_comm *c, uint64_t count, state_key *key) {
+    int now = 0;
+    const int64_t at = dgc_registry_auto_place(c, count, key->send, key->buf, sizeof(float), &now);
+    if (now)
+        DGC_INFO("a communicator's buffers are made afresh from step to step (one came where another of the step "
+                 "had been): its buffer states follow each call's place in the step from now on, as under "
+                 "DGC_BUFFER_KEY=order (said once per communicator)");
+    if (at >= 0) *key = (state_key){DGC_ORDER_SEND, (const void *)(uintptr_t)(at + 1), 1, 0};
+}
+
 /* Node layout (node.c). The steps of every shard's count, in shard order,
  * on the cross record: what flat calls on the M ranks of one local rank,
  * one call per shard, would take; *mine gets this rank's shard's. -1, with
@@ -392,6 +407,7 @@ static int compressed(const void *sb, void *rb, uint64_t count, MPI_Comm comm, i
         *why = DGC_PASS_ORDER;
         return DGC_MPI_PASS;
     }
+    if (cfg->buffer_key == DGC_KEY_AUTO) auto_key(c, count, &key);
     uint64_t step;
     if (dgc_registry_next_step(c, count, &step)) {
         if (!c->table_full_warned++)
@@ -410,7 +426,7 @@ static int compressed(const void *sb, void *rb, uint64_t count, MPI_Comm comm, i
      * call works, instead of failing for ever on steps taken apart. */
     if (rc != MPI_SUCCESS && rc != DGC_MPI_PASS) {
         dgc_registry_undo_step(c, count);
-        if (key.by_order) dgc_registry_order_undo(c);
+        if (cfg->buffer_key != DGC_KEY_ADDRESS) dgc_registry_order_undo(c); /* order and auto learn from every call */
     }
     return rc;
 }

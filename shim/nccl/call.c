@@ -323,6 +323,22 @@ static int order_place(dgc_nccl_call *k) {
     return -1;
 }
 
+/* DGC_BUFFER_KEY=auto: by address until the communicator's buffers show
+ * that they are made afresh (core/places.h: a comm hook's new tensor per
+ * call, landing where another bucket's was), then by place in the step, as
+ * under order. A rank's own choice among its states: the call is
+ * compressed either way. */
+static void auto_place(dgc_nccl_call *k) {
+    int now = 0;
+    k->order_at = dgc_registry_auto_place(k->c, k->count, k->send == k->recv ? NULL : k->send, k->recv,
+                                          dgc_gpu_dtype_size(k->gpu_dtype), &now);
+    if (now)
+        DGC_INFO("an NCCL communicator's buffers are made afresh from step to step (one came where another of the "
+                 "step had been: a comm hook that makes a new tensor per call, such as fp16_compress_hook): its "
+                 "buffer states follow each call's place in the step from now on, as under DGC_BUFFER_KEY=order "
+                 "(said once per communicator)");
+}
+
 /* The call's step, plan and state; k->part DGC_NCCL_STATE when this rank
  * holds one (compressed later), else DGC_NCCL_FAILED for now (the vote or
  * take_part_flagged settles it), or DGC_NCCL_PASS. */
@@ -355,6 +371,7 @@ static void plan(dgc_nccl_call *k, const dgc_config *cfg) {
         k->part = DGC_NCCL_PASS;
         return;
     }
+    if (cfg->buffer_key == DGC_KEY_AUTO) auto_place(k);
     uint64_t step;
     if (dgc_registry_next_step(c, k->count, &step)) {
         if (!c->table_full_warned++)

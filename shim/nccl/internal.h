@@ -336,7 +336,8 @@ struct dgc_nccl_call {
     int xbuf_sync;        /* xbuf came from cudaMalloc (no memory pools here): freed after a stream wait */
     ncclResult_t xrc;     /* what the exchange returned (ncclInProgress until settled) */
     ncclResult_t rc;      /* what the call returns once it is enqueued */
-    int64_t order_at;     /* DGC_BUFFER_KEY=order: its place in the communicator's step, or -1 */
+    int64_t order_at;     /* its place in the communicator's step (DGC_BUFFER_KEY=order, or auto once buffers
+                           * move), or < 0: keyed by address */
     int learning;         /* passed through while the communicator's step is learnt (DGC_BUFFER_KEY=order) */
 };
 

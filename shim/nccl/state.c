@@ -18,6 +18,7 @@
 #include <stdio.h>
 
 #include "core/log.h"
+#include "core/order.h"
 #include "internal.h"
 
 /* Frees the engine's state without a host wait; called by the registry,
@@ -108,7 +109,7 @@ static int overlaps(const dgc_buffer *b, const void *ctx) {
  * their residuals restart every time. */
 #define RETIRE_WARN 16
 
-static void retire_overlapping(dgc_nccl_call *k, const void *key) {
+static void retire_overlapping(dgc_nccl_call *k, const void *key, int auto_key) {
     dgc_comm *c = k->c;
     dgc_nccl_comm *x = dgc_nccl_ext(c);
     ranges r = {{0}, {0}, 0};
@@ -122,14 +123,25 @@ static void retire_overlapping(dgc_nccl_call *k, const void *key) {
     }
     uint64_t gone = dgc_registry_release_where(c, overlaps, &r);
     if (!gone) return;
-    x->retired += gone;
     DGC_DEBUG("%llu state(s) retired: a new %llu-element buffer at %p overlaps their memory",
               (unsigned long long)gone, (unsigned long long)k->count, k->recv);
-    if (x->retired >= RETIRE_WARN && !x->retire_warned++)
+    /* Under auto, states follow places once the order is learnt and the
+     * buffers show they move (auto_place): a sign only where no order is. */
+    if (auto_key && k->order_at != DGC_ORDER_TOO_LONG) return;
+    x->retired += gone;
+    if (x->retired < RETIRE_WARN || x->retire_warned++) return;
+    if (auto_key)
+        DGC_WARN("%llu buffer states on one communicator were retired because new buffers overlapped them: their "
+                 "residuals keep starting afresh. DGC_BUFFER_KEY=auto makes states follow each buffer's place in "
+                 "the step (a comm hook's new tensor per call) once it learns the order of the calls, but no order "
+                 "of at most %d all-reduces repeats here (said once per communicator)",
+                 (unsigned long long)x->retired, DGC_ORDER_MAX_STEP);
+    else
         DGC_WARN("%llu buffer states on one communicator were retired because new buffers overlapped them: the "
                  "program all-reduces buffers that overlap each other in turn, so their residuals keep starting "
                  "afresh: a comm hook that makes a new tensor per call (fp16_compress_hook) wants "
-                 "DGC_BUFFER_KEY=order, which follows each bucket's place in the step (said once per communicator)",
+                 "DGC_BUFFER_KEY=auto or order, which follow each bucket's place in the step (said once per "
+                 "communicator)",
                  (unsigned long long)x->retired);
 }
 
@@ -180,7 +192,7 @@ dgc_buffer *dgc_nccl_state_get(dgc_nccl_call *k, const dgc_config *cfg) {
         shrink(k, b, &want);
         return b;
     }
-    if (!by_order) retire_overlapping(k, key);
+    if (!by_order) retire_overlapping(k, key, cfg->buffer_key == DGC_KEY_AUTO);
     /* Sized here, once per state made, not on every call: it asks cub for
      * the sort's scratch at every k a warm-up can use (log2 k queries). */
     k->footprint = dgc_gpu_state_footprint(&want);

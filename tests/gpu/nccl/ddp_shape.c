@@ -32,11 +32,12 @@
  *   NCCL path's output is the fp32 MPI path's rounded to bf16, bit for bit
  *   (compare()).
  * - ddp_shape_fresh_auto: the comm hook's new tensor per call under the
- *   default DGC_BUFFER_KEY: its addresses rotate over memory other buckets
- *   had, and the NCCL path retires every state a new buffer overlaps, so
- *   each call starts from a new state: it equals the MPI path with each
- *   call's buffer at a new address (mpi_new), not the MPI path on the same
- *   rotating pool, which keys by address and retires nothing for overlap.
+ *   default DGC_BUFFER_KEY (auto), on both paths, from the same rotating
+ *   pool: until the shim sees the buffers move, each call starts from a new
+ *   state (the NCCL path retires the state a new buffer overlaps; the MPI
+ *   path's addresses repeat only every 12 steps), and from then on states
+ *   follow places: equal bit for bit. ddp_shape_fresh_address: keyed by
+ *   address, a new state every call on both paths for 12 steps.
  *
  * The program knows nothing of the shim: MPI_Init is the ordinary one (so
  * the shim's MPI path runs), and the DGC_* settings are set before it. */
@@ -133,7 +134,6 @@ typedef struct {
     const char *env[8];
     int group_rank; /* the rank that wraps each step's calls in a group (older DDP, coalesced calls), or -1 */
     int fresh;      /* a new buffer per bucket per call (a comm hook's new tensor) */
-    int mpi_new;    /* with fresh: the MPI path's buffers at ever new addresses instead (mpi_bucket) */
     int moved;      /* the rebuilt buckets at new addresses (B), step 0's bucket (A) left to other uses */
     int unused;     /* find_unused_parameters: the local-used map's all-reduce, a bucket unused on rank 1 */
     int bf16;       /* the buckets in bf16 (ncclBfloat16) */
@@ -205,15 +205,8 @@ static void nccl_step(unsigned char *dev, long step, ncclComm_t comm, cudaStream
     }
 }
 
-/* mpi_new: the MPI path's buffer of each call at an address no earlier
- * call had (step s's buckets at s ALL floats into an arena of steps ALL). */
-static float *mpi_arena;
-
 static void mpi_bucket(float *x, long at, long n, long step, int b) {
-    float *y = tc->mpi_new           ? mpi_arena + step * ALL + at
-               : tc->fresh == SHARED ? host_pool[b == 1]
-               : tc->fresh           ? host_slot(step, b)
-                                     : x + at;
+    float *y = tc->fresh == SHARED ? host_pool[b == 1] : tc->fresh ? host_slot(step, b) : x + at;
     if (y != x + at) memcpy(y, x + at, (size_t)n * sizeof(float));
     if (MPI_Allreduce(MPI_IN_PLACE, y, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
         fail("MPI_Allreduce failed");
@@ -350,7 +343,6 @@ static void run(void) {
     /* Step 0's bucket; unless moved, the rebuilt buckets take its memory. */
     CUDA_OK(cudaMalloc((void **)&dev_a, dbytes));
     if (tc->moved && !(host_a = malloc(bytes))) fail("no host memory");
-    if (tc->mpi_new && !(mpi_arena = malloc(bytes * (size_t)steps))) fail("no host memory");
     if (tc->unused) CUDA_OK(cudaMalloc((void **)&dev_map, NMAP * sizeof(int32_t)));
     for (int j = 0; tc->fresh && j < POOL; j++) {
         CUDA_OK(cudaMalloc((void **)&dev_pool[j], dbytes + 256));
@@ -425,7 +417,6 @@ static void run(void) {
     free(raw);
     free(up);
     free(host_a);
-    free(mpi_arena);
     free(map);
     free(map_mpi);
     free(map_nccl);
@@ -466,10 +457,15 @@ static const test_case cases[] = {
     /* bf16 buckets against the fp32 MPI path rounded to bf16 (compare()). */
     {.name = "ddp_shape_bf16", .env = {DDP60}, .group_rank = -1, .bf16 = 1, .steps = 60},
     /* A comm hook's new tensor per call under the default DGC_BUFFER_KEY.
-     * The calls counted from DGC_STATS_FILE, not DGC_STATS: the MPI path's
-     * state per call would make the report hundreds of rows. */
-    {.name = "ddp_shape_fresh_auto", .env = {"DGC_WARMUP_STEPS=10", "DGC_MOMENTUM=0.9"}, .group_rank = -1, .fresh = 1,
-     .mpi_new = 1, .steps = 60, .stats_file = 1},
+     * The calls counted from DGC_STATS_FILE, not DGC_STATS: the states of
+     * the first steps would make the report dozens of rows. */
+    {.name = "ddp_shape_fresh_auto", .env = {"DGC_WARMUP_STEPS=10", "DGC_MOMENTUM=0.9", "DGC_LOG_LEVEL=info"},
+     .group_rank = -1, .fresh = 1, .steps = 60, .stats_file = 1},
+    /* The same keyed by address, 12 steps (the MPI path's rotating pool
+     * repeats an address and count only after 12): every call a new state
+     * on both paths, and the NCCL path's warning. */
+    {.name = "ddp_shape_fresh_address", .env = {"DGC_WARMUP_STEPS=10", "DGC_MOMENTUM=0.9", "DGC_BUFFER_KEY=address"},
+     .group_rank = -1, .fresh = 1, .steps = 12},
 };
 
 /* Each rank's DGC_STATS_FILE after MPI_Finalize: how many lines of each
@@ -487,7 +483,7 @@ static void print_stats_file(const char *stem) {
     char *line = malloc(cap);
     if (!line) fail("no host memory");
     int every = 0, exits = 0;
-    long long calls = -1, passed = -1;
+    long long calls = -1, passed = -1, by_place = 0;
     while (fgets(line, (int)cap, f)) {
         every += strstr(line, "\"event\":\"every\"") != NULL;
         if (strstr(line, "\"event\":\"exit\"")) {
@@ -495,13 +491,18 @@ static void print_stats_file(const char *stem) {
             const char *c = strstr(line, "\"compressed_calls\":"), *p = strstr(line, "\"passthrough_calls\":");
             if (c) calls = atoll(c + strlen("\"compressed_calls\":"));
             if (p) passed = atoll(p + strlen("\"passthrough_calls\":"));
+            /* The calls of states keyed by place (DGC_BUFFER_KEY=order or auto's switch). */
+            for (const char *r = strstr(line, "\"buffer\":\"order#"); r; r = strstr(r + 1, "\"buffer\":\"order#")) {
+                const char *n = strstr(r, "\"calls\":");
+                if (n) by_place += atoll(n + strlen("\"calls\":"));
+            }
         }
     }
     fclose(f);
     free(line);
     remove(path);
-    printf("stats file rank %d: every %d exit %d compressed_calls %lld passthrough_calls %lld\n", rank, every, exits,
-           calls, passed);
+    printf("stats file rank %d: every %d exit %d compressed_calls %lld passthrough_calls %lld by_place %lld\n", rank,
+           every, exits, calls, passed, by_place);
     fflush(stdout);
 }
 
