@@ -31,6 +31,8 @@
  * - ddp_shape_bf16: bf16 buckets, which the MPI path has no type for: the
  *   NCCL path's output is the fp32 MPI path's rounded to bf16, bit for bit
  *   (compare()).
+ * - ddp_shape_nccl_only: the NCCL path alone, a hash of its outputs, run
+ *   under the full library and the NCCL-only one (same_output.sh).
  * - ddp_shape_fresh_auto: the comm hook's new tensor per call under the
  *   default DGC_BUFFER_KEY (auto), on both paths, from the same rotating
  *   pool: until the shim sees the buffers move, each call starts from a new
@@ -139,6 +141,7 @@ typedef struct {
     int bf16;       /* the buckets in bf16 (ncclBfloat16) */
     long steps;     /* 0: STEPS */
     int stats_file; /* DGC_STATS_FILE, read back after MPI_Finalize (print_stats_file) */
+    int nccl_only;  /* no MPI path: a hash of every NCCL output instead, to compare two libraries' */
 } test_case;
 
 static const test_case *tc;
@@ -349,6 +352,7 @@ static void run(void) {
         if (!(host_pool[j] = malloc(bytes + 64 * sizeof(float)))) fail("no host memory");
     }
     long nonzero = 0;
+    uint64_t hash = 0; /* nccl_only: every step's output hash, folded in order */
     for (long step = 0; step < steps; step++) {
         if (step == 1 && tc->moved) {
             /* DDP's rebuild: the buckets allocated afresh (B), step 0's
@@ -375,7 +379,7 @@ static void run(void) {
         }
         float *mpi_buf = tc->moved && step == 0 ? host_a : via_mpi;
         memcpy(mpi_buf, g, bytes);
-        mpi_step(mpi_buf, step);
+        if (!tc->nccl_only) mpi_step(mpi_buf, step);
         if (mpi_buf != via_mpi) memcpy(via_mpi, mpi_buf, bytes);
         if (tc->unused) {
             memcpy(map_mpi, map, NMAP * sizeof(int32_t));
@@ -385,7 +389,8 @@ static void run(void) {
         CUDA_OK(cudaStreamSynchronize(s));
         CUDA_OK(cudaMemcpy(raw, dev, dbytes, cudaMemcpyDeviceToHost));
         widen(raw, via_nccl);
-        compare(raw, via_nccl, via_mpi, step);
+        if (!tc->nccl_only) compare(raw, via_nccl, via_mpi, step);
+        hash = (hash ^ hash_bytes(raw, dbytes)) * 1099511628211ull;
         check_identical(raw, dbytes, step);
         if (tc->unused) { /* exact on both paths: the number of ranks that used each parameter */
             CUDA_OK(cudaMemcpy(map_nccl, dev_map, NMAP * sizeof(int32_t), cudaMemcpyDeviceToHost));
@@ -401,8 +406,14 @@ static void run(void) {
     }
     if (nonzero == 0) fail("every output was zero");
     if (tc->moved) report_old_state(dev_a, host_a);
-    printf("gpu.nccl.%s rank %d: %ld steps, NCCL path equal to the MPI path %s, %.1f non-zeros a step\n", case_name,
-           rank, steps, tc->bf16 ? "rounded to bf16, bit for bit" : "bit for bit", (double)nonzero / (double)steps);
+    if (tc->nccl_only)
+        printf("gpu.nccl.%s rank %d: %ld steps, the NCCL path alone, %.1f non-zeros a step\nhash gpu.nccl.%s rank "
+               "%d: %016llx\n",
+               case_name, rank, steps, (double)nonzero / (double)steps, case_name, rank, (unsigned long long)hash);
+    else
+        printf("gpu.nccl.%s rank %d: %ld steps, NCCL path equal to the MPI path %s, %.1f non-zeros a step\n",
+               case_name, rank, steps, tc->bf16 ? "rounded to bf16, bit for bit" : "bit for bit",
+               (double)nonzero / (double)steps);
     CUDA_OK(cudaFree(dev_a));
     if (dev != dev_a) CUDA_OK(cudaFree(dev));
     if (dev_map) CUDA_OK(cudaFree(dev_map));
@@ -461,6 +472,11 @@ static const test_case cases[] = {
      * the first steps would make the report dozens of rows. */
     {.name = "ddp_shape_fresh_auto", .env = {"DGC_WARMUP_STEPS=10", "DGC_MOMENTUM=0.9", "DGC_LOG_LEVEL=info"},
      .group_rank = -1, .fresh = 1, .steps = 60, .stats_file = 1},
+    /* The NCCL path alone (no MPI_Allreduce), its outputs hashed: run
+     * under the full library and under the NCCL-only one, which must agree
+     * (same_output.sh); under the full one the NCCL path equals the MPI
+     * path (ddp_shape). */
+    {.name = "ddp_shape_nccl_only", .env = {DDP60}, .group_rank = -1, .nccl_only = 1, .steps = 60},
     /* The same keyed by address, 12 steps (the MPI path's rotating pool
      * repeats an address and count only after 12): every call a new state
      * on both paths, and the NCCL path's warning. */
