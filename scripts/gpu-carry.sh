@@ -2,11 +2,13 @@
 # Prepares .gpu/ (git-ignored) for a run on the GPU machine, which sees only
 # the checkout: an NCCL 2.30+ libnccl.so.2 (the first release that lets two
 # ranks share one GPU, with NCCL_MULTI_RANK_GPU_ENABLE=1) and Fashion-MNIST
-# for the DDP trainer, and the official DGC compressor for the benchmark's
-# baseline (scripts/fetch-upstream.sh official-dgc). Name .gpu in the
-# device tool's carry.
+# for the DDP trainer, the official DGC compressor for the benchmark's
+# baseline (scripts/fetch-upstream.sh official-dgc), and this machine's Open
+# MPI (scripts/carry-openmpi.sh: the gpu.nccl cases are NCCL + MPI programs,
+# and the GPU machine has no MPI). Name .gpu in the device tool's carry.
 #
-#   scripts/gpu-carry.sh --nccl DIR [--data DIR] [--dgc-from DIR]
+#   scripts/gpu-carry.sh --nccl DIR [--data DIR] [--dgc-from DIR] [--no-mpi]
+#   scripts/gpu-carry.sh --mpi-only     Open MPI alone (scripts/gpu-rehearsal.sh)
 #     --nccl DIR   a directory with libnccl.so.2 (and LICENSE.txt) of NCCL 2.30+
 #                  built for the GPU (sm_90 for an H200): NVIDIA's release from
 #                  https://developer.nvidia.com/nccl, or a build of
@@ -15,17 +17,22 @@
 #                  Debian's dataset-fashion-mnist)
 #     --dgc-from DIR   a clone of synxlin/deep-gradient-compression, for a machine without
 #                  GitHub (fetch-upstream.sh --from)
+#     --no-mpi     leave Open MPI out (a GPU machine that has MPI)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-nccl="" data=/usr/share/datasets/fashion-mnist dgc_from=""
+nccl="" data=/usr/share/datasets/fashion-mnist dgc_from="" mpi=1 mpi_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --nccl) nccl=$2; shift 2 ;;
     --data) data=$2; shift 2 ;;
     --dgc-from) dgc_from=$2; shift 2 ;;
-    *) echo "gpu-carry.sh: unknown argument $1 (--nccl DIR [--data DIR] [--dgc-from DIR])" >&2; exit 2 ;;
+    --no-mpi) mpi=0; shift ;;
+    --mpi-only) mpi_only=1; shift ;;
+    *) echo "gpu-carry.sh: unknown argument $1 (--nccl DIR [--data DIR] [--dgc-from DIR] [--no-mpi], or --mpi-only)" >&2; exit 2 ;;
   esac
 done
+if [ "$mpi" = 1 ] || [ "$mpi_only" = 1 ]; then scripts/carry-openmpi.sh .gpu/openmpi; fi
+if [ "$mpi_only" = 1 ]; then du -sh .gpu; exit 0; fi
 [ -n "$nccl" ] || { echo "gpu-carry.sh: give --nccl DIR: a directory holding NCCL 2.30+'s libnccl.so.2 (see the script's header)" >&2; exit 2; }
 [ -f "$nccl/libnccl.so.2" ] || { echo "gpu-carry.sh: no libnccl.so.2 in $nccl" >&2; exit 2; }
 mkdir -p .gpu/nccl .gpu/data

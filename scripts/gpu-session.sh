@@ -51,6 +51,16 @@ preflight() {
   nvcc --version | tail -n 1
   gcc --version | head -n 1
   mpirun --version 2>&1 | head -n 1
+  ldd --version | head -n 1
+  # No MPI here: the Open MPI scripts/gpu-carry.sh carried, which needs a
+  # glibc as new as the machine it came from (2.36): the gpu.nccl cases run
+  # with it (scripts/test-gpu.sh), the rest without MPI.
+  if ! mpirun --version >/dev/null 2>&1 && [ -f .gpu/openmpi/env.sh ]; then
+    ( . .gpu/openmpi/env.sh
+      echo "carried: $(mpirun --version 2>&1 | head -n 1)"
+      mpirun --allow-run-as-root --oversubscribe --mca plm isolated --mca pml ob1 --mca btl self,vader -np 2 hostname 2>&1 |
+        head -n 6 | sed 's/^/  2 ranks: /' )
+  fi
   "$PYTHON" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())'
   ls -l /usr/local/cuda/include/nccl.h .gpu/nccl/libnccl.so.2 .gpu/data 2>&1
   df -h . | tail -n 1

@@ -5,7 +5,9 @@
 #   - the CUDA engine against the host engine, decode determinism, bad
 #     payloads, non-finite steps, fp16/bf16 (ctest -L gpu, gpu.engine.*);
 #   - compute-sanitizer memcheck and racecheck on the engine checks;
-#   - NCCL with 1 rank, and 2 ranks sharing the one GPU (gpu.nccl.*);
+#   - NCCL with 1 rank, and 2 ranks sharing the one GPU (gpu.nccl.*; on a
+#     machine without MPI, from a second build against the Open MPI that
+#     scripts/gpu-carry.sh carries);
 #   - the PyTorch DDP trainer on 2 ranks under the shim: it learns, both
 #     ranks end with identical parameters, every bucket compressed;
 #   - DDP with the shim on one rank only: PyTorch's timeout ends the job.
@@ -13,7 +15,7 @@
 # point NCCL_PRELOAD at such a libnccl.so.2 (default .gpu/nccl/libnccl.so.2,
 # which scripts/gpu-carry.sh --nccl DIR copies there).
 #
-#   scripts/test-gpu.sh [--out DIR] [--bench] [--no-ddp] [--no-checks] [--only REGEX]
+#   scripts/test-gpu.sh [--out DIR] [--bench] [--no-ddp] [--no-checks] [--only REGEX] [--build-only]
 #     --out DIR     logs (default build-gpu/logs)
 #     --bench       also run bench/gpu/run.sh (engine, torch.topk, official DGC), in DIR/bench
 #     --no-checks   no checks at all (with --bench: the build and the benchmark alone)
@@ -22,10 +24,13 @@
 #                   ddp.shim_on_one_rank);
 #                   the build always runs (incremental): lets a session split the run
 #                   over several device calls of limited length
+#     --build-only  the builds alone, no GPU needed (scripts/gpu-rehearsal.sh)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-out=build-gpu/logs bench=0 ddp=1 only="" checks=1
+# DGC_GPU_BUILD: the build folder (default build-gpu; the MPI build beside it, with -mpi)
+gb=${DGC_GPU_BUILD:-build-gpu}
+out=$gb/logs bench=0 ddp=1 only="" checks=1 build_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift 2 ;;
@@ -33,6 +38,7 @@ while [ $# -gt 0 ]; do
     --no-ddp) ddp=0; shift ;;
     --only) only=$2; shift 2 ;;
     --no-checks) checks=0; shift ;;
+    --build-only) build_only=1; shift ;;
     *) echo "test-gpu.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -58,8 +64,10 @@ check() { # name, command...: runs it, logs to $out/name.log, counts it (a ctest
   fi
 }
 
-nvidia-smi -L >"$out/nvidia-smi.log" 2>&1 || { echo "test-gpu.sh: no GPU (nvidia-smi failed)"; exit 1; }
-cat "$out/nvidia-smi.log"
+if [ "$build_only" = 0 ]; then
+  nvidia-smi -L >"$out/nvidia-smi.log" 2>&1 || { echo "test-gpu.sh: no GPU (nvidia-smi failed)"; exit 1; }
+  cat "$out/nvidia-smi.log"
+fi
 
 # nccl.h: the toolkit's when it has one (CMake looks there itself), else
 # NCCL_HOME's, else the copy beside the carried libnccl.so.2 (.gpu/nccl),
@@ -92,16 +100,16 @@ build() {
   echo "nccl.h: ${inc:-found by CMake}"
   # DGC_WERROR=OFF: this machine's compiler may warn where CI's does not;
   # the warnings stay in build.log, and the run goes on.
-  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DDGC_CUDA=ON -DDGC_REQUIRE_CRITERION=OFF -DDGC_WERROR=OFF \
+  cmake -S . -B $gb -DCMAKE_BUILD_TYPE=Release -DDGC_CUDA=ON -DDGC_REQUIRE_CRITERION=OFF -DDGC_WERROR=OFF \
     ${inc:+"$inc"} &&
-    cmake --build build-gpu -j "$(nproc)"
+    cmake --build $gb -j "$(nproc)"
 }
 # The build is not a test: a failed one ends the run, a good one counts nothing.
 if ! build >"$out/build.log" 2>&1; then
   echo "FAIL build: tail of $out/build.log"; tail -n 40 "$out/build.log" | sed 's/^/    /'
   echo "0 passed, 1 failed (build)"; exit 1
 fi
-echo "built build-gpu ($(grep -c 'warning' "$out/build.log") warning lines in $out/build.log)"
+echo "built $gb ($(grep -c 'warning' "$out/build.log") warning lines in $out/build.log)"
 # ptxas's register spills (kernels/CMakeLists.txt: --warn-on-spills), so the
 # first GPU run shows whether update_kernel's 32-register cap costs a spill.
 if grep -qi "spill" "$out/build.log"; then
@@ -109,8 +117,37 @@ if grep -qi "spill" "$out/build.log"; then
 else
   echo "ptxas: no register spills in the engine's kernels"
 fi
-export DGC_SHIM=$root/build-gpu/libdgcshim.so
+# The library the build made: libdgcshim.so, or without MPI on this machine
+# the NCCL front end alone, libdgcshim-nccl.so (what a user without MPI gets).
+DGC_SHIM=$root/$gb/libdgcshim.so
+[ -f "$DGC_SHIM" ] || DGC_SHIM=$root/$gb/libdgcshim-nccl.so
+export DGC_SHIM
+echo "the shim: $DGC_SHIM"
 [ "$checks" = 1 ] || { only='^$'; }
+
+# The gpu.nccl cases are NCCL + MPI programs (mpirun starts the ranks). On a
+# machine without MPI they run from a second build against the Open MPI that
+# scripts/gpu-carry.sh copied into .gpu/openmpi (its env.sh: PATH,
+# LD_LIBRARY_PATH, OPAL_PREFIX), with only the targets they need; the other
+# checks keep the MPI-free library above. nccl_dir: where they run from.
+nccl_dir=$gb nccl_env=/dev/null
+carried_mpi_build() {
+  # shellcheck disable=SC1091
+  . "$root/.gpu/openmpi/env.sh" &&
+    cmake -S . -B $gb-mpi -DCMAKE_BUILD_TYPE=Release -DDGC_CUDA=ON -DDGC_REQUIRE_CRITERION=OFF \
+      -DDGC_WERROR=OFF -DDGC_MPI=ON -DMPI_C_COMPILER="$(command -v mpicc)" $(nccl_include) &&
+    cmake --build $gb-mpi -j "$(nproc)" --target dgcshim nccl_check ddp_shape
+}
+if ! mpirun --version >/dev/null 2>&1 && [ -f "$root/.gpu/openmpi/env.sh" ] && wanted gpu.nccl.; then
+  if (carried_mpi_build) >"$out/build-mpi.log" 2>&1; then
+    nccl_dir=$gb-mpi nccl_env=$root/.gpu/openmpi/env.sh
+    echo "built $gb-mpi for the gpu.nccl cases, against the carried Open MPI (.gpu/openmpi)"
+  else
+    echo "no build against the carried Open MPI (tail of $out/build-mpi.log): the gpu.nccl cases report why"
+    tail -n 20 "$out/build-mpi.log" | sed 's/^/    /'
+  fi
+fi
+[ "$build_only" = 0 ] || { echo "builds done (--build-only)"; exit 0; }
 
 # not_run NAME WHY: a check that should have run on this GPU and did not
 not_run() { failed=$((failed + 1)); names+=("$1"); echo "FAIL $1: $2"; }
@@ -123,10 +160,12 @@ not_run() { failed=$((failed + 1)); names+=("$1"); echo "FAIL $1: $2"; }
 # hang would eat the device session's minutes.
 export DGC_NCCL_CASE_TIMEOUT=${DGC_NCCL_CASE_TIMEOUT:-60}
 hangs=0
-for t in $(cd build-gpu && ctest -N -L gpu | sed -n 's/^ *Test *#[0-9]*: *//p'); do
+for t in $(cd $gb && ctest -N -L gpu | sed -n 's/^ *Test *#[0-9]*: *//p'); do
   wanted "$t" || continue
   if [ "$hangs" -ge 2 ] && [[ $t == gpu.nccl.* ]]; then not_run "$t" "not run: two gpu.nccl cases in a row hung"; continue; fi
-  if check "$t" bash -c "cd build-gpu && ctest -V -R '^${t//./\\.}\$'" &&
+  dir=$gb env=/dev/null
+  [[ $t == gpu.nccl.* ]] && dir=$nccl_dir env=$nccl_env
+  if check "$t" bash -c ". '$env' && cd $dir && ctest -V -R '^${t//./\\.}\$'" &&
      grep -q '\*\*\*Skipped' "$out/$t.log"; then
     not_run "$t" "skipped on a machine with a GPU: $(grep -m1 -o 'SKIPPED.*' "$out/$t.log")"
   fi
@@ -153,7 +192,7 @@ if [ "$ddp" = 1 ] && wanted ddp.shim_on_one_rank; then
   check ddp.shim_on_one_rank tests/gpu/torch/one_sided.sh --out "$out/one_sided"
 fi
 
-engine=build-gpu/tests/gpu/engine/gpu_engine_check
+engine=$gb/tests/gpu/engine/gpu_engine_check
 # compute-sanitizer reads the GPU through the driver's debugger interface,
 # which the gVisor runtime lacks ("Device not supported"): reported skipped,
 # by name, not passed. Each tool run is cut at SANITIZER_TIMEOUT seconds.
@@ -183,7 +222,7 @@ sanitize racecheck
 # The benchmark's figures are not a test, but a benchmark that did not run
 # is a failure (engine_bench reports a GPU it cannot use, say).
 if [ "$bench" = 1 ]; then
-  PYTHON=${PYTHON:-python3} bash bench/gpu/run.sh --out "$out/bench" --build build-gpu 2>&1 | tee "$out/bench.log"
+  PYTHON=${PYTHON:-python3} bash bench/gpu/run.sh --out "$out/bench" --build $gb 2>&1 | tee "$out/bench.log"
   if [ "${PIPESTATUS[0]}" != 0 ] || grep -q '^SKIPPED' "$out/bench.log"; then
     failed=$((failed + 1)); names+=(bench); echo "FAIL bench: bench/gpu/run.sh did not run every part (log: $out/bench.log)"
   fi
