@@ -10,6 +10,7 @@
 #           (the NCCL front end alone, libdgcshim-nccl.so, which the DDP and
 #           engine checks preload) and the second build, against the carried
 #           Open MPI, of what the gpu.nccl cases need;
+#   plan    scripts/gpu-session.sh --list: each phase's checks, in order;
 #   nccl    gpu.nccl cases on the emulated device (scripts/test-emulated.sh's
 #           build, default build-emulated), launched by the carried mpirun
 #           with the carried libraries;
@@ -115,6 +116,8 @@ export cases emulated
 step env 60 bash -c env_check
 rm -rf build-rehearsal build-rehearsal-mpi # from scratch, as on a bare machine
 step build 420 env DGC_GPU_BUILD=build-rehearsal scripts/test-gpu.sh --build-only
+step plan 60 env DGC_GPU_BUILD=build-rehearsal scripts/gpu-session.sh --list --out build-rehearsal/session \
+  env engine ddp nccl bench nccl_rest watchdog sanitizers
 step nccl 300 bash -c nccl_cases
 echo "=== rehearsal ($((SECONDS - start)) s of $deadline)"
 printf '%s\n' "${summary[@]}"

@@ -9,23 +9,27 @@
 # and the benchmark's included).
 #
 #   scripts/gpu-session.sh [--deadline S] [--out DIR] [PHASE...]
-#     PHASE       env engine nccl ddp watchdog bench sanitizers (default: env engine ddp
-#                 nccl; a second call on the warm machine: watchdog bench sanitizers,
-#                 whose build is then incremental)
+#     PHASE       env engine nccl nccl_rest ddp watchdog bench sanitizers (default: env
+#                 engine ddp nccl, caps 30 + 150 + 180 + 150 s; nccl: a dozen telling
+#                 2-rank cases, below; a second call on the warm machine: bench nccl_rest
+#                 watchdog sanitizers, whose builds are then incremental)
 #     --deadline  seconds for the whole command (default 540, under the tool's 600)
 #     --out       what comes back (default $OUT, else build-gpu/session)
+#     --list      each phase's builds and the checks it would run, in order; nothing run
+#                 (scripts/gpu-rehearsal.sh)
 #
 # Exit status: 0 when every phase that ran passed and none was cut or left
 # out for want of time.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
-deadline=540 out=${OUT:-build-gpu/session} phases=()
+deadline=540 out=${OUT:-build-gpu/session} phases=() list=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --deadline) deadline=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    env|engine|nccl|ddp|watchdog|bench|sanitizers) phases+=("$1"); shift ;;
-    *) echo "gpu-session.sh: unknown argument $1 (phases: env engine nccl ddp watchdog bench sanitizers)" >&2; exit 2 ;;
+    --list) list=1; shift ;;
+    env|engine|nccl|nccl_rest|ddp|watchdog|bench|sanitizers) phases+=("$1"); shift ;;
+    *) echo "gpu-session.sh: unknown argument $1 (phases: env engine nccl nccl_rest ddp watchdog bench sanitizers)" >&2; exit 2 ;;
   esac
 done
 [ ${#phases[@]} -gt 0 ] || phases=(env engine ddp nccl)
@@ -68,15 +72,25 @@ preflight() {
 }
 
 T=scripts/test-gpu.sh
+# The most telling 2-rank NCCL cases, in this order: DDP's pattern against
+# the MPI path, a comm hook's new tensors, bf16; calls inside a group; both
+# transports; a peer that never calls (non-blocking); abort from another
+# thread and from a thread with no context; capture elsewhere; fp16/bf16;
+# a buffer that moves. nccl_rest: the others, in a later call.
+TELLING="ddp_shape ddp_shape_fresh_auto ddp_shape_bf16 in_group two_ranks_sparse two_ranks_dense nonblocking_late
+  abort_thread abort_no_context capture_elsewhere fp16_bf16 moved"
+telling_re="^gpu\\.nccl\\.($(echo $TELLING | tr ' ' '|'))\$"
+telling_first=$(for c in $TELLING; do printf 'gpu.nccl.%s ' "$c"; done)
 phase_cmd() { # phase -> the command and its cap in seconds (env: preflight, a function, run as is)
   case "$1" in
-    engine) cap=170 cmd=("$T" --out "$logs" --no-ddp --only '^gpu\.engine\.') ;;
-    nccl) cap=200 cmd=("$T" --out "$logs" --no-ddp --only '^gpu\.nccl\.') ;;
-    ddp) cap=200 cmd=("$T" --out "$logs" --only '^ddp\.two_ranks$') ;;
+    engine) cap=150 cmd=("$T" --out "$logs" --no-ddp --only '^gpu\.engine\.') ;;
+    nccl) cap=150 cmd=("$T" --out "$logs" --no-ddp --only "$telling_re" --first "$telling_first") ;;
+    nccl_rest) cap=300 cmd=("$T" --out "$logs" --no-ddp --only '^gpu\.nccl\.' --skip "$telling_re") ;;
+    ddp) cap=180 cmd=("$T" --out "$logs" --only '^ddp\.two_ranks$') ;;
     watchdog) cap=150 cmd=("$T" --out "$logs" --only '^ddp\.shim_on_one_rank$') ;;
     bench) cap=200 cmd=("$T" --out "$logs" --no-checks --bench) ;;
     sanitizers) cap=300 cmd=("$T" --out "$logs" --no-ddp --only '^sanitizer\.') ;;
-    env) cap=60 cmd=() ;;
+    env) cap=30 cmd=() ;;
   esac
 }
 
@@ -90,7 +104,9 @@ main() {
     fi
     echo "=== phase $ph (up to $limit s; $((SECONDS - start)) s gone) ==="
     t0=$SECONDS
-    if [ "$ph" = env ]; then
+    if [ "$list" = 1 ]; then
+      if [ "$ph" = env ]; then rc=0; : >"$logs/phase.env.txt"; else "${cmd[@]}" --list 2>&1 | grep -E '^would run|^FAIL|^built' | tee "$logs/phase.$ph.txt"; rc=${PIPESTATUS[0]}; fi
+    elif [ "$ph" = env ]; then
       preflight 2>&1 | tee "$logs/phase.env.txt"; rc=${PIPESTATUS[0]}
     else
       timeout --kill-after=10 "$limit" "${cmd[@]}" 2>&1 | tee "$logs/phase.$ph.txt"; rc=${PIPESTATUS[0]}

@@ -15,7 +15,8 @@
 # point NCCL_PRELOAD at such a libnccl.so.2 (default .gpu/nccl/libnccl.so.2,
 # which scripts/gpu-carry.sh --nccl DIR copies there).
 #
-#   scripts/test-gpu.sh [--out DIR] [--bench] [--no-ddp] [--no-checks] [--only REGEX] [--build-only]
+#   scripts/test-gpu.sh [--out DIR] [--bench] [--no-ddp] [--no-checks] [--only REGEX] [--skip REGEX] [--first LIST]
+#                        [--build-only | --list]
 #     --out DIR     logs (default build-gpu/logs)
 #     --bench       also run bench/gpu/run.sh (engine, torch.topk, official DGC), in DIR/bench
 #     --no-checks   no checks at all (with --bench: the build and the benchmark alone)
@@ -25,12 +26,15 @@
 #                   the build always runs (incremental): lets a session split the run
 #                   over several device calls of limited length
 #     --build-only  the builds alone, no GPU needed (scripts/gpu-rehearsal.sh)
+#     --first LIST  these ctest cases (space-separated names) first, in this order
+#     --skip REGEX  not the checks whose names match
+#     --list        the builds, then the ctest cases it would run, in order (no GPU needed)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 # DGC_GPU_BUILD: the build folder (default build-gpu; the MPI build beside it, with -mpi)
 gb=${DGC_GPU_BUILD:-build-gpu}
-out=$gb/logs bench=0 ddp=1 only="" checks=1 build_only=0
+out=$gb/logs bench=0 ddp=1 only="" checks=1 build_only=0 first="" list=0 skip=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift 2 ;;
@@ -39,10 +43,13 @@ while [ $# -gt 0 ]; do
     --only) only=$2; shift 2 ;;
     --no-checks) checks=0; shift ;;
     --build-only) build_only=1; shift ;;
+    --first) first=$2; shift 2 ;;
+    --skip) skip=$2; shift 2 ;;
+    --list) list=1; build_only=1; shift ;;
     *) echo "test-gpu.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-wanted() { [ -z "$only" ] || grep -Eq -- "$only" <<<"$1"; }
+wanted() { { [ -z "$only" ] || grep -Eq -- "$only" <<<"$1"; } && { [ -z "$skip" ] || ! grep -Eq -- "$skip" <<<"$1"; }; }
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export NCCL_PRELOAD=${NCCL_PRELOAD:-$root/.gpu/nccl/libnccl.so.2}
@@ -138,7 +145,10 @@ carried_mpi_build() {
       -DDGC_WERROR=OFF -DDGC_MPI=ON -DMPI_C_COMPILER="$(command -v mpicc)" $(nccl_include) &&
     cmake --build $gb-mpi -j "$(nproc)" --target dgcshim nccl_check ddp_shape
 }
-if ! mpirun --version >/dev/null 2>&1 && [ -f "$root/.gpu/openmpi/env.sh" ] && wanted gpu.nccl.; then
+listed=$(cd "$gb" && ctest -N -L gpu | sed -n 's/^ *Test *#[0-9]*: *//p')
+wants_nccl=0
+for t in $(grep '^gpu\.nccl\.' <<<"$listed"); do wanted "$t" && wants_nccl=1; done
+if ! mpirun --version >/dev/null 2>&1 && [ -f "$root/.gpu/openmpi/env.sh" ] && [ "$wants_nccl" = 1 ]; then
   if (carried_mpi_build) >"$out/build-mpi.log" 2>&1; then
     nccl_dir=$gb-mpi nccl_env=$root/.gpu/openmpi/env.sh
     echo "built $gb-mpi for the gpu.nccl cases, against the carried Open MPI (.gpu/openmpi)"
@@ -147,7 +157,7 @@ if ! mpirun --version >/dev/null 2>&1 && [ -f "$root/.gpu/openmpi/env.sh" ] && w
     tail -n 20 "$out/build-mpi.log" | sed 's/^/    /'
   fi
 fi
-[ "$build_only" = 0 ] || { echo "builds done (--build-only)"; exit 0; }
+
 
 # not_run NAME WHY: a check that should have run on this GPU and did not
 not_run() { failed=$((failed + 1)); names+=("$1"); echo "FAIL $1: $2"; }
@@ -160,7 +170,20 @@ not_run() { failed=$((failed + 1)); names+=("$1"); echo "FAIL $1: $2"; }
 # hang would eat the device session's minutes.
 export DGC_NCCL_CASE_TIMEOUT=${DGC_NCCL_CASE_TIMEOUT:-60}
 hangs=0
-for t in $(cd $gb && ctest -N -L gpu | sed -n 's/^ *Test *#[0-9]*: *//p'); do
+# The cases in ctest's order, or FIRST's names first, in its order (a
+# session puts the most telling where a deadline cannot cut them).
+ordered=$(for t in $first; do grep -qx -- "$t" <<<"$listed" && echo "$t"; done
+          grep -vxF -f <(printf '%s\n' $first) <<<"$listed")
+if [ "$build_only" = 1 ]; then
+  if [ "$list" = 1 ]; then
+    for t in $ordered; do wanted "$t" && echo "would run $t (from $([[ $t == gpu.nccl.* ]] && echo "$nccl_dir" || echo "$gb"))"; done
+    for t in ddp.two_ranks ddp.shim_on_one_rank; do [ "$ddp" = 1 ] && wanted "$t" && echo "would run $t"; done
+    for t in sanitizer.memcheck sanitizer.racecheck; do wanted "$t" && echo "would run $t"; done
+    [ "$bench" = 0 ] || echo "would run bench (bench/gpu/run.sh)"
+  fi
+  echo "builds done (--build-only)"; exit 0
+fi
+for t in $ordered; do
   wanted "$t" || continue
   if [ "$hangs" -ge 2 ] && [[ $t == gpu.nccl.* ]]; then not_run "$t" "not run: two gpu.nccl cases in a row hung"; continue; fi
   dir=$gb env=/dev/null
