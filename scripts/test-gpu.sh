@@ -102,14 +102,18 @@ PY
   [ -n "$d" ] && echo "-DDGC_NCCL_INCLUDE_DIR=$d"
   return 0
 }
-build() {
-  local inc; inc=$(nccl_include)
+# configure DIR [CMAKE ARGS...]: the GPU build's configuration in DIR.
+# DGC_WERROR=OFF: this machine's compiler may warn where CI's does not; the
+# warnings stay in the build's log, and the run goes on.
+configure() {
+  local dir=$1 inc; shift
+  inc=$(nccl_include)
   echo "nccl.h: ${inc:-found by CMake}"
-  # DGC_WERROR=OFF: this machine's compiler may warn where CI's does not;
-  # the warnings stay in build.log, and the run goes on.
-  cmake -S . -B $gb -DCMAKE_BUILD_TYPE=Release -DDGC_CUDA=ON -DDGC_REQUIRE_CRITERION=OFF -DDGC_WERROR=OFF \
-    ${inc:+"$inc"} &&
-    cmake --build $gb -j "$(nproc)"
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DDGC_CUDA=ON -DDGC_REQUIRE_CRITERION=OFF -DDGC_WERROR=OFF \
+    ${inc:+"$inc"} "$@"
+}
+build() {
+  configure "$gb" && cmake --build "$gb" -j "$(nproc)"
 }
 # The build is not a test: a failed one ends the run, a good one counts nothing.
 if ! build >"$out/build.log" 2>&1; then
@@ -141,9 +145,8 @@ nccl_dir=$gb nccl_env=/dev/null
 carried_mpi_build() {
   # shellcheck disable=SC1091
   . "$root/.gpu/openmpi/env.sh" &&
-    cmake -S . -B $gb-mpi -DCMAKE_BUILD_TYPE=Release -DDGC_CUDA=ON -DDGC_REQUIRE_CRITERION=OFF \
-      -DDGC_WERROR=OFF -DDGC_MPI=ON -DMPI_C_COMPILER="$(command -v mpicc)" $(nccl_include) &&
-    cmake --build $gb-mpi -j "$(nproc)" --target dgcshim nccl_check ddp_shape
+    configure "$gb-mpi" -DDGC_MPI=ON -DMPI_C_COMPILER="$(command -v mpicc)" &&
+    cmake --build "$gb-mpi" -j "$(nproc)" --target dgcshim nccl_check ddp_shape
 }
 listed=$(cd "$gb" && ctest -N -L gpu | sed -n 's/^ *Test *#[0-9]*: *//p')
 wants_nccl=0
@@ -157,7 +160,6 @@ if ! mpirun --version >/dev/null 2>&1 && [ -f "$root/.gpu/openmpi/env.sh" ] && [
     tail -n 20 "$out/build-mpi.log" | sed 's/^/    /'
   fi
 fi
-
 
 # not_run NAME WHY: a check that should have run on this GPU and did not
 not_run() { failed=$((failed + 1)); names+=("$1"); echo "FAIL $1: $2"; }

@@ -210,6 +210,7 @@ int64_t dgc_registry_auto_place(dgc_comm *c, uint64_t count, const void *send, c
  * + 1 as the output "address", count): never a real buffer's. */
 extern const int dgc_order_key_tag;
 #define DGC_ORDER_SEND ((const void *)&dgc_order_key_tag)
+#define DGC_ORDER_BUF(position) ((const void *)(uintptr_t)((position) + 1))
 
 /* Counts the ranks agreed to sum densely from now on (their first call
  * found some rank without a state for it: NCCL path). A count next_step

@@ -217,7 +217,7 @@ static int find_state(dgc_comm *c, const state_key *key, const dgc_plan *plan, i
 static int order_key(dgc_comm *c, uint64_t count, state_key *key) {
     const int64_t at = dgc_registry_order_next(c, count);
     if (at >= 0) {
-        *key = (state_key){DGC_ORDER_SEND, (const void *)(uintptr_t)(at + 1), 1, 0};
+        *key = (state_key){DGC_ORDER_SEND, DGC_ORDER_BUF(at), 1, 0};
         return 0;
     }
     if (at == DGC_ORDER_CHANGED && !c->order_warned++)
@@ -244,7 +244,7 @@ static void auto_key(dgc_comm *c, uint64_t count, state_key *key) {
         DGC_INFO("a communicator's buffers are made afresh from step to step (one came where another of the step "
                  "had been): its buffer states follow each call's place in the step from now on, as under "
                  "DGC_BUFFER_KEY=order (said once per communicator)");
-    if (at >= 0) *key = (state_key){DGC_ORDER_SEND, (const void *)(uintptr_t)(at + 1), 1, 0};
+    if (at >= 0) *key = (state_key){DGC_ORDER_SEND, DGC_ORDER_BUF(at), 1, 0};
 }
 
 /* Node layout (node.c). The steps of every shard's count, in shard order,

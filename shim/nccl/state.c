@@ -161,7 +161,7 @@ dgc_buffer *dgc_nccl_state_get(dgc_nccl_call *k, const dgc_config *cfg) {
      * (registry.h's DGC_ORDER_SEND key), where memory says nothing. */
     const int by_order = k->order_at >= 0;
     const void *key = by_order ? DGC_ORDER_SEND : k->send == k->recv ? NULL : k->send;
-    const void *place = by_order ? (const void *)(uintptr_t)(k->order_at + 1) : k->recv;
+    const void *place = by_order ? DGC_ORDER_BUF(k->order_at) : k->recv;
     dgc_gpu_shape want = {
         .n = k->count,
         .k = k->plan.p.k,

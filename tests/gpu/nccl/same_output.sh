@@ -9,8 +9,8 @@ set -u
 np=${1:?NP}; name=${2:?CASE}; a=${3:?SHIM_A}; b=${4:?SHIM_B}; shift 4
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-for lib in "$a" "$b"; do
-  i=$([ "$lib" = "$a" ] && echo a || echo b)
+for i in a b; do
+  lib=${!i}
   echo "=== $(basename "$lib")"
   SHIM=$lib "$here/run_nccl_case.sh" "$np" "$name" "$@" >"$tmp/$i.log" 2>&1
   rc=$?
