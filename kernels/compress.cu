@@ -2,13 +2,16 @@
  *
  *   init          reset this call's scratch
  *   clip          sum of squares -> scale (only with clipping on)
- *   sample        the shared sample's updated |v| into the spare v
- *   select x4     exact want-th largest of the sample: the threshold
- *   update        the one pass over memory: u, v -> spares, out (or the
- *                 accumulator) zeroed, candidates (|v| >= thr) compacted,
- *                 non-finite flagged
+ *   select x4     exact want-th largest of the shared sample's updated |v|
+ *                 (computed as each pass reads it: fresh.cuh): the threshold
+ *   update        the one pass over memory: candidates (|v| >= thr)
+ *                 compacted, non-finite flagged, out (or the accumulator)
+ *                 zeroed unless it is g and the state a single copy, and
+ *                 u, v -> the spares where the state has two halves (a
+ *                 single copy is written by the decode's commit)
  *   decide        which selection: all candidates (<= k), the top k of them
  *                 (<= the candidate room), or the exact top k of the buffer
+ *                 (its updated values computed again where read)
  *   select x4     the k-th largest |v| of that set (returns at once for "all")
  *   ties x5       among candidates, when only some ties at t go: the index
  *                 of the last one taken (a select by index; returns at once
@@ -28,18 +31,16 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <stdio.h>
 
-#include "device.cuh"
+#include "fresh.cuh"
 #include "headers.cuh"
 #include "dgcshim/compact_rules.h"
 #include "dgcshim/sum_rules.h"
-#include "dgcshim/update_rules.h"
 
 using namespace dgc_cuda;
 
 namespace {
 
-__global__ void __launch_bounds__(kThreads) init_kernel(scratch *sc, float *v2, uint64_t ns, uint64_t count,
-                                                        uint64_t want) {
+__global__ void __launch_bounds__(kThreads) init_kernel(scratch *sc, uint64_t count, uint64_t want) {
     select_job *a = &sc->sample, *b = &sc->sel, *c = &sc->tie;
     a->hist[threadIdx.x] = 0;
     b->hist[threadIdx.x] = 0;
@@ -57,7 +58,8 @@ __global__ void __launch_bounds__(kThreads) init_kernel(scratch *sc, float *v2, 
     sc->code_bad_key = kNoBad;
     sc->max_abs = 0;
     sc->scale_e = 0;
-    a->vals = spare(v2, sc->cur, ns);
+    a->vals = nullptr;
+    a->fresh = FRESH_SAMPLE;
     a->idx = nullptr;
     a->count = count;
     a->want = a->want0 = want;
@@ -67,15 +69,18 @@ __global__ void __launch_bounds__(kThreads) init_kernel(scratch *sc, float *v2, 
     a->done = 0;
     b->active = 0;
     b->by_index = 0;
+    b->fresh = FRESH_NONE;
     b->done = 0;
     c->active = 0;
+    c->fresh = FRESH_NONE;
     c->done = 0;
 }
 
 struct update_args {
     const void *g;
-    float *zero;   /* out (fp32) or the accumulator, zeroed as the pass streams */
+    float *zero;   /* out (fp32) or the accumulator, zeroed as the pass streams; NULL: the commit zeroes it */
     float *v2, *u2;
+    int keep;      /* write u, v into the spares (two halves); a single copy is only read */
     uint64_t n, ns;
     scratch *sc;
     int clip;
@@ -84,18 +89,6 @@ struct update_args {
     float *cand_val;
     uint64_t cap;  /* dgc_candidate_cap(n, k): more candidates and the exact path takes over */
 };
-
-/* One element's update, the host's expressions (update_rules.h) in the
- * host's order: g*scale first, even when scale is 1 (x*1 == x). */
-template <bool MOM, bool NEST>
-__device__ __forceinline__ float update_one(float g, float u, float v, float scale, float m, float *un,
-                                            uint32_t *bad, uint32_t *ovf) {
-    const float gs = g * scale;
-    *bad |= dgc_rule_nonfinite(gs);
-    float add = gs;
-    if (MOM) add = dgc_rule_momentum(u, gs, m, NEST, un, ovf);
-    return dgc_rule_accumulate(v, add, ovf);
-}
 
 /* Stores the lane's hits (bit c: element first + c, value vn[c]) as
  * candidates; one atomic per warp. Call from all lanes. */
@@ -115,8 +108,9 @@ __device__ __forceinline__ void add_candidates(const update_args &a, unsigned in
     }
 }
 
-/* The update pass: the roofline of the engine (reads g, u, v; writes u, v
- * and the zeroed output: 24 bytes an element with momentum). VEC: 16-byte
+/* The update pass: the roofline of the engine (reads g, u, v; writes the
+ * zeroed output, and u, v where the state has two halves: 12 to 24 bytes an
+ * element with momentum). VEC: 16-byte
  * loads and stores (4 elements a lane); the spares' halves are 256-byte
  * aligned (ns), g and out were checked by the caller. Loops are bounded per
  * warp so that every lane reaches the warp votes. out may be g: each lane
@@ -160,14 +154,16 @@ __global__ void __launch_bounds__(kThreads, 8) update_kernel(update_args a) {
                 const float4 v4 = reinterpret_cast<const float4 *>(v)[i4];
                 float4 u4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 if (MOM) u4 = reinterpret_cast<const float4 *>(u)[i4];
-                reinterpret_cast<float4 *>(a.zero)[i4] = make_float4(0.0f, 0.0f, 0.0f, 0.0f); /* g is read */
+                if (a.zero) reinterpret_cast<float4 *>(a.zero)[i4] = make_float4(0.0f, 0.0f, 0.0f, 0.0f); /* g is read */
                 float un[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                 vn[0] = update_one<MOM, NEST>(g4.x, u4.x, v4.x, scale, m, &un[0], &bad, &ovf);
                 vn[1] = update_one<MOM, NEST>(g4.y, u4.y, v4.y, scale, m, &un[1], &bad, &ovf);
                 vn[2] = update_one<MOM, NEST>(g4.z, u4.z, v4.z, scale, m, &un[2], &bad, &ovf);
                 vn[3] = update_one<MOM, NEST>(g4.w, u4.w, v4.w, scale, m, &un[3], &bad, &ovf);
-                reinterpret_cast<float4 *>(vn_out)[i4] = make_float4(vn[0], vn[1], vn[2], vn[3]);
-                if (MOM) reinterpret_cast<float4 *>(un_out)[i4] = make_float4(un[0], un[1], un[2], un[3]);
+                if (a.keep) {
+                    reinterpret_cast<float4 *>(vn_out)[i4] = make_float4(vn[0], vn[1], vn[2], vn[3]);
+                    if (MOM) reinterpret_cast<float4 *>(un_out)[i4] = make_float4(un[0], un[1], un[2], un[3]);
+                }
 #pragma unroll
                 for (int c = 0; c < 4; c++) hits |= (unsigned)dgc_rule_selected(vn[c], thr) << c;
             }
@@ -185,11 +181,13 @@ __global__ void __launch_bounds__(kThreads, 8) update_kernel(update_args a) {
             const float gv = elem<DT>::load(a.g, i);
             const float vv = v[i];
             const float uv = MOM ? u[i] : 0.0f;
-            a.zero[i] = 0.0f;
+            if (a.zero) a.zero[i] = 0.0f;
             float un = 0.0f;
             vn = update_one<MOM, NEST>(gv, uv, vv, scale, m, &un, &bad, &ovf);
-            vn_out[i] = vn;
-            if (MOM) un_out[i] = un;
+            if (a.keep) {
+                vn_out[i] = vn;
+                if (MOM) un_out[i] = un;
+            }
             hits = (unsigned)dgc_rule_selected(vn, thr);
         }
         add_candidates<1>(a, hits, i, &vn);
@@ -201,7 +199,7 @@ __global__ void __launch_bounds__(kThreads, 8) update_kernel(update_args a) {
 /* Which selection this call takes, from the candidate count (the host's
  * rule: more than k candidates -> the top k of them; more than the room ->
  * the exact top k of the whole buffer). */
-__global__ void decide_kernel(scratch *sc, float *v2, uint64_t n, uint64_t ns, uint64_t k, uint64_t cap,
+__global__ void decide_kernel(scratch *sc, const float *v2, uint64_t ns, uint64_t n, uint64_t k, uint64_t cap,
                               const uint32_t *cand_idx, const float *cand_val) {
     select_job *j = &sc->sel;
     const unsigned long long c = sc->ncand;
@@ -210,6 +208,7 @@ __global__ void decide_kernel(scratch *sc, float *v2, uint64_t n, uint64_t ns, u
     j->done = 0;
     j->want = j->want0 = k;
     j->vals = cand_val;
+    j->fresh = FRESH_NONE;
     j->idx = cand_idx;
     j->count = c;
     if (c <= k) { /* every candidate goes: "above t = 0" is all of them (none is zero) */
@@ -226,7 +225,11 @@ __global__ void decide_kernel(scratch *sc, float *v2, uint64_t n, uint64_t ns, u
     } else {
         sc->mode = MODE_EXACT;
         j->active = 1;
-        j->vals = spare(v2, sc->cur, ns);
+        /* Every element's updated value: in the spare where the state has
+         * two halves (out, which may be g, is zeroed by now), else computed
+         * where read (g is intact: the commit zeroes it). */
+        j->vals = ns ? spare(const_cast<float *>(v2), sc->cur, ns) : nullptr;
+        j->fresh = ns ? FRESH_NONE : FRESH_ELEMENT;
         j->idx = nullptr;
         j->count = n;
     }
@@ -238,7 +241,7 @@ struct sel_view {
     const float *vals;
     const uint32_t *idx;
     unsigned long long count, cnt_gt, ties_take, nsel;
-    unsigned int tbits, ties_all;
+    unsigned int tbits, ties_all, fresh;
 };
 
 __device__ __forceinline__ sel_view view_of(const select_job *j) {
@@ -251,6 +254,7 @@ __device__ __forceinline__ sel_view view_of(const select_job *j) {
     v.nsel = j->nsel;
     v.tbits = j->tbits;
     v.ties_all = j->ties_all;
+    v.fresh = j->fresh;
     return v;
 }
 
@@ -276,7 +280,8 @@ __global__ void tie_setup_kernel(scratch *sc) {
     select_job *t = &sc->tie;
     t->active = sc->mode == MODE_CANDIDATES && !j->ties_all;
     if (!t->active) return;
-    t->vals = j->vals;
+    t->vals = j->vals; /* the candidates' array: never fresh */
+    t->fresh = FRESH_NONE;
     t->idx = j->idx;
     t->count = j->count;
     t->want = t->want0 = j->ties_take;
@@ -290,10 +295,11 @@ __global__ void tie_setup_kernel(scratch *sc) {
  * too when all of them are taken, or, among candidates, those at indices up
  * to the tie job's cut (exactly ties_take); the ties in each block's range
  * are counted for the ordered pass of the exact path. */
-__global__ void __launch_bounds__(kThreads) compact_kernel(scratch *sc, uint32_t *keys, float *vals) {
+__global__ void __launch_bounds__(kThreads) compact_kernel(scratch *sc, uint32_t *keys, float *vals, fresh_src src) {
     typedef cub::BlockReduce<unsigned int, kThreads> reduce_t;
     __shared__ typename reduce_t::TempStorage tmp;
     const sel_view j = view_of(&sc->sel);
+    const float scale = j.fresh != FRESH_NONE ? fresh_scale(src) : 1.0f;
     const unsigned int lane = lane_id();
     const bool cut = sc->tie.active;                /* candidates, some ties: up to the cut index */
     const uint32_t last = ~sc->tie.tbits;
@@ -305,7 +311,7 @@ __global__ void __launch_bounds__(kThreads) compact_kernel(scratch *sc, uint32_t
         bool gt = false, eq = false, take = false;
         float x = 0.0f;
         if (i < hi) {
-            x = j.vals[i];
+            x = job_value(j.vals, j.fresh, src, i, scale);
             const unsigned int key = abs_key(x);
             gt = key > j.tbits;
             eq = key == j.tbits;
@@ -335,7 +341,7 @@ __global__ void __launch_bounds__(kThreads) compact_kernel(scratch *sc, uint32_t
  * ties_take of them in position order (on the exact path, index order: the
  * host's select_exact). Same grid as compact_kernel: the same ranges. */
 __global__ void __launch_bounds__(kThreads) ties_kernel(scratch *sc, uint32_t *keys, float *vals, uint64_t k,
-                                                        uint32_t pad) {
+                                                        uint32_t pad, fresh_src src) {
     typedef cub::BlockReduce<unsigned long long, kThreads> reduce_t;
     typedef cub::BlockScan<unsigned int, kThreads> scan_t;
     __shared__ union {
@@ -356,6 +362,7 @@ __global__ void __launch_bounds__(kThreads) ties_kernel(scratch *sc, uint32_t *k
     __syncthreads();
     unsigned long long running = before; /* ties in the ranges of the blocks before this one */
     if (running >= j.ties_take) return;
+    const float scale = j.fresh != FRESH_NONE ? fresh_scale(src) : 1.0f;
     uint64_t lo, hi;
     block_range(j.count, &lo, &hi);
     for (uint64_t base = lo; base < hi; base += kThreads) {
@@ -363,7 +370,7 @@ __global__ void __launch_bounds__(kThreads) ties_kernel(scratch *sc, uint32_t *k
         float x = 0.0f;
         unsigned int eq = 0;
         if (i < hi) {
-            x = j.vals[i];
+            x = job_value(j.vals, j.fresh, src, i, scale);
             eq = abs_key(x) == j.tbits;
         }
         unsigned int excl, agg;
@@ -478,7 +485,7 @@ extern "C" int dgc_gpu_compress(dgc_gpu_state *s, const void *g, void *out, dgc_
     /* A 16-bit dense sum rounds the values to its own type instead. */
     const int round16 = vb16 && p->sum_type == DGC_SUM_F32;
     if (p->n != n || k < 1 || k > sh->k || (unsigned)dtype > (unsigned)DGC_GPU_BF16 ||
-        (dtype != DGC_GPU_F32 && !s->acc) || (sh->value_bits && sh->value_bits != (vb16 ? 16u : 32u)) ||
+        (dtype != DGC_GPU_F32 && sh->dtype == DGC_GPU_F32) || (sh->value_bits && sh->value_bits != (vb16 ? 16u : 32u)) ||
         (p->sum_type != DGC_SUM_F32 && p->sum_type != dgc_gpu_sum_type_of(dtype)) ||
         p->clamp_bits >= 0x7f800000u) { /* a finite magnitude */
         char msg[280];
@@ -510,23 +517,48 @@ extern "C" int dgc_gpu_compress(dgc_gpu_state *s, const void *g, void *out, dgc_
     dgc_sample_plan_for(n, k, p->sample_ratio, &sp);
     const uint64_t cap = dgc_candidate_cap(n, k); /* <= s->cand_cap: the cap grows with k */
 
-    init_kernel<<<1, kThreads, 0, st>>>(sc, s->v2, ns, sp.count, sp.want);
+    /* An in-place fp32 call on a single copy keeps g until the commit has
+     * read it again: the commit zeroes out then. */
+    const bool zero_later = s->single && dtype == DGC_GPU_F32 && out == g;
+    s->upd_g = g;
+    s->upd_zero = zero_later ? out : nullptr;
+    s->upd_dtype = dtype;
+    s->upd_m = p->momentum;
+    s->upd_nesterov = p->nesterov != 0;
+    s->upd_clip = p->clip_norm > 0;
+    fresh_src src;
+    src.g = g;
+    src.v2 = s->v2;
+    src.u2 = s->u2;
+    src.ns = ns;
+    src.sc = sc;
+    src.m = p->momentum;
+    src.dtype = (int)dtype;
+    src.nesterov = p->nesterov != 0;
+    src.clip = p->clip_norm > 0;
+    src.n = n;
+    src.runs = sp.runs;
+    src.step = p->step;
+    src.whole = sp.whole;
+    src.dense = sp.count == sp.runs * DGC_SAMPLE_RUN;
+
+    init_kernel<<<1, kThreads, 0, st>>>(sc, sp.count, sp.want);
     CHECK("launching the compression's init");
     s->last_step = p->step + 1; /* what the decode's done_step will say (dgc_gpu_state_kept_fits) */
     if (p->clip_norm > 0) {
         cudaError_t e = launch_clip(s, g, dtype, p, st);
         if (e != cudaSuccess) return fail(err, errlen, "launching the clipping sum", e);
     }
-    cudaError_t e = launch_sample(s, g, dtype, p, &sp, st);
-    if (e != cudaSuccess) return fail(err, errlen, "launching the threshold sample", e);
-    if ((e = launch_select(s, &sc->sample, sp.count, st)) != cudaSuccess)
-        return fail(err, errlen, "launching the threshold's select", e);
+    cudaError_t e = launch_select(s, &sc->sample, sp.count, src, st);
+    if (e != cudaSuccess) return fail(err, errlen, "launching the threshold's select", e);
 
     update_args a;
     a.g = g;
-    a.zero = dtype == DGC_GPU_F32 ? static_cast<float *>(out) : s->acc;
+    /* 16-bit: the accumulator (NULL without dense room: nothing to zero). */
+    a.zero = dtype != DGC_GPU_F32 ? s->acc : zero_later ? nullptr : static_cast<float *>(out);
     a.v2 = s->v2;
     a.u2 = s->u2;
+    a.keep = !s->single;
     a.n = n;
     a.ns = ns;
     a.sc = sc;
@@ -553,17 +585,17 @@ extern "C" int dgc_gpu_compress(dgc_gpu_state *s, const void *g, void *out, dgc_
     }
     CHECK("launching the update pass");
 
-    decide_kernel<<<1, 1, 0, st>>>(sc, s->v2, n, ns, k, cap, s->cand_idx, s->cand_val);
+    decide_kernel<<<1, 1, 0, st>>>(sc, s->v2, ns, n, k, cap, s->cand_idx, s->cand_val);
     CHECK("launching the selection's decision");
-    if ((e = launch_select(s, &sc->sel, n, st)) != cudaSuccess)
+    if ((e = launch_select(s, &sc->sel, n, src, st)) != cudaSuccess)
         return fail(err, errlen, "launching the top-k select", e);
     tie_setup_kernel<<<1, 1, 0, st>>>(sc);
     CHECK("launching the ties' setup");
-    if ((e = launch_select(s, &sc->tie, cap, st)) != cudaSuccess)
+    if ((e = launch_select(s, &sc->tie, cap, src, st)) != cudaSuccess)
         return fail(err, errlen, "launching the ties' select", e);
-    compact_kernel<<<kCompactBlocks, kThreads, 0, st>>>(sc, s->keys[0], s->vals[0]);
+    compact_kernel<<<kCompactBlocks, kThreads, 0, st>>>(sc, s->keys[0], s->vals[0], src);
     CHECK("launching the selection's compaction");
-    ties_kernel<<<kCompactBlocks, kThreads, 0, st>>>(sc, s->keys[0], s->vals[0], k, (uint32_t)n);
+    ties_kernel<<<kCompactBlocks, kThreads, 0, st>>>(sc, s->keys[0], s->vals[0], k, (uint32_t)n, src);
     CHECK("launching the selection's ties");
 
     /* Padding keys are n, above every real index, so the real pairs come

@@ -14,8 +14,15 @@
  *   sub           momentum compensation: += (-m) * the kept previous pairs,
  *                 the same way (or the kept dense vector, after a
  *                 dense-transport step)
+ *   commit        a single copy only (commit.cu), right after the decision,
+ *                 before out (which may be g) is written: u, v updated
+ *                 again and written
  *   average / convert
- *   mask          v = 0 (and u = 0) at this rank's own sent indices, in the spares
+ *                 (a 16-bit buffer on a state without an fp32 accumulator:
+ *                 add, sub, average and convert in one launch, sum16,
+ *                 range by range in shared memory)
+ *   mask          v = 0 (and u = 0) at this rank's own sent indices, in the
+ *                 spares (or the single copy)
  *   finish        the spares become the committed state; the gathered
  *                 payloads are kept for the next compensation
  * Everything from the compensation on is launch_decode_tail, which the
@@ -160,46 +167,52 @@ constexpr uint64_t kSumSpan = 4096;
 
 /* acc += scale * every rank's pairs, rank by rank, in one launch: the
  * host's order (the sum of each rank's pairs in rank order, invariant 3)
- * for every element, without a launch per rank. Each block owns a range of
- * elements; for each rank in turn it finds that rank's slots in the range
+ * for every element, without a launch per rank. Each block owns ranges of
+ * elements, here [lo, hi), acc[i - acc_lo] standing for element i; for
+ * each rank in turn it finds that rank's slots in the range
  * (indices are strictly increasing: one search each) and adds them, a
  * barrier between ranks, so that one element's additions are ordered by
  * rank and no two threads meet. scale 1 is the plain sum (1 * x == x); the
  * product is rounded before the sum, as dgc_wire_subtract does. */
 template <bool SCALED>
-__device__ void sum_ranks(const char *base, int nranks, uint64_t k, uint64_t n, uint64_t span, float scale,
-                          float *acc) {
+__device__ void sum_range(const char *base, int nranks, uint64_t k, uint64_t lo, uint64_t hi, float scale,
+                          float *acc, uint64_t acc_lo) {
     __shared__ uint64_t from[kThreads], to[kThreads];
-    for (uint64_t lo = blockIdx.x * span; lo < n; lo += (uint64_t)gridDim.x * span) {
-        const uint64_t hi = lo + span < n ? lo + span : n;
-        for (int r0 = 0; r0 < nranks; r0 += kThreads) {
-            const int batch = nranks - r0 < kThreads ? nranks - r0 : kThreads;
-            __syncthreads(); /* the previous batch's ranges are no longer read */
-            if ((int)threadIdx.x < batch) {
-                const char *pl = payload_at(base, r0 + (int)threadIdx.x, k);
-                from[threadIdx.x] = first_slot_from(indices_of(pl), values_of(pl, k), k, lo);
-                to[threadIdx.x] = first_slot_from(indices_of(pl), values_of(pl, k), k, hi);
-            }
-            __syncthreads();
-            for (int q = 0; q < batch; q++) {
-                const char *pl = payload_at(base, r0 + q, k);
-                const uint32_t *idx = indices_of(pl);
-                const float *val = values_of(pl, k);
-                for (uint64_t j = from[q] + threadIdx.x; j < to[q]; j += kThreads) {
-                    const uint32_t i = idx[j];
-                    const float x = val[j];
-                    if (is_padding(i, x)) continue;
-                    if (SCALED) {
-                        const float d = scale * x;
-                        acc[i] = acc[i] + d;
-                    } else {
-                        acc[i] = acc[i] + x;
-                    }
+    for (int r0 = 0; r0 < nranks; r0 += kThreads) {
+        const int batch = nranks - r0 < kThreads ? nranks - r0 : kThreads;
+        __syncthreads(); /* the previous batch's ranges are no longer read */
+        if ((int)threadIdx.x < batch) {
+            const char *pl = payload_at(base, r0 + (int)threadIdx.x, k);
+            from[threadIdx.x] = first_slot_from(indices_of(pl), values_of(pl, k), k, lo);
+            to[threadIdx.x] = first_slot_from(indices_of(pl), values_of(pl, k), k, hi);
+        }
+        __syncthreads();
+        for (int q = 0; q < batch; q++) {
+            const char *pl = payload_at(base, r0 + q, k);
+            const uint32_t *idx = indices_of(pl);
+            const float *val = values_of(pl, k);
+            for (uint64_t j = from[q] + threadIdx.x; j < to[q]; j += kThreads) {
+                const uint32_t i = idx[j];
+                const float x = val[j];
+                if (is_padding(i, x)) continue;
+                if (SCALED) {
+                    const float d = scale * x;
+                    acc[i - acc_lo] = acc[i - acc_lo] + d;
+                } else {
+                    acc[i - acc_lo] = acc[i - acc_lo] + x;
                 }
-                __syncthreads(); /* this rank's additions land before the next rank's */
             }
+            __syncthreads(); /* this rank's additions land before the next rank's */
         }
     }
+}
+
+/* sum_range over the block's ranges of span elements, into acc (n). */
+template <bool SCALED>
+__device__ void sum_ranks(const char *base, int nranks, uint64_t k, uint64_t n, uint64_t span, float scale,
+                          float *acc) {
+    for (uint64_t lo = blockIdx.x * span; lo < n; lo += (uint64_t)gridDim.x * span)
+        sum_range<SCALED>(base, nranks, k, lo, lo + span < n ? lo + span : n, scale, acc, 0);
 }
 
 /* Blocks for sum_ranks over n elements, and the range each block owns. */
@@ -278,6 +291,45 @@ __global__ void __launch_bounds__(kThreads) convert_kernel(void *out, const floa
             if (divide) x = x / nr;
             elem<DT>::store(out, i, x);
         }
+    }
+}
+
+/* A 16-bit buffer's decode on a state without an fp32 accumulator (no
+ * dense room): add, sub, average and convert in one launch, each block
+ * summing a range of kShortSpan elements in shared memory, with the same
+ * operations in the same order on every element as through the
+ * accumulator (so the same bits), then writing the range of out. A bad
+ * step writes zero (nothing added), a dropped one NaN. prev: the kept
+ * payloads when this call compensates, else NULL. */
+constexpr uint64_t kShortSpan = 4096;
+
+template <int DT>
+__global__ void __launch_bounds__(kThreads) sum16_kernel(const char *gathered, int nranks, uint64_t k, const char *prev,
+                                                         float neg_m, uint64_t n, int average, float nr, void *out,
+                                                         const scratch *sc) {
+    __shared__ float acc[kShortSpan];
+    const int mode = sc->dec_mode; /* the same for every thread: no barrier below is skipped by some */
+    const bool sub = mode == DEC_OK && prev && sc->subtract && sc->prev_kind == PREV_SPARSE && sc->prev_nranks == nranks;
+    const bool divide = average && mode == DEC_OK;
+    for (uint64_t lo = blockIdx.x * kShortSpan; lo < n; lo += (uint64_t)gridDim.x * kShortSpan) {
+        const uint64_t hi = lo + kShortSpan < n ? lo + kShortSpan : n;
+        if (mode == DEC_NAN) {
+            for (uint64_t i = lo + threadIdx.x; i < hi; i += kThreads) elem<DT>::store_nan(out, i);
+            continue;
+        }
+        for (uint64_t j = threadIdx.x; j < kShortSpan; j += kThreads) acc[j] = 0.0f;
+        __syncthreads();
+        if (mode == DEC_OK) {
+            sum_range<false>(gathered, nranks, k, lo, hi, 1.0f, acc, lo);
+            if (sub) sum_range<true>(prev, nranks, sc->prev_k, lo, hi, neg_m, acc, lo);
+        }
+        __syncthreads();
+        for (uint64_t i = lo + threadIdx.x; i < hi; i += kThreads) {
+            float x = acc[i - lo];
+            if (divide) x = x / nr;
+            elem<DT>::store(out, i, x);
+        }
+        __syncthreads(); /* the range is written out before the next one zeroes acc */
     }
 }
 
@@ -406,6 +458,50 @@ dgc_gpu_report *device_report(dgc_gpu_report *report, cudaError_t *e) {
     return static_cast<dgc_gpu_report *>(d);
 }
 
+} // namespace dgc_cuda
+
+namespace {
+
+/* The masking and the commit, the decode's last launches. */
+int launch_mask_finish(dgc_gpu_state *s, const dgc_step_params *p, int keep, uint64_t k, cudaStream_t st, char *err,
+                       size_t errlen) {
+    const int nranks = p->nranks;
+    scratch *sc = s->sc;
+    float *u2 = s->u2 && p->momentum_masking ? s->u2 : nullptr;
+    mask_kernel<<<grid_for(k, s->sms, 8), kThreads, 0, st>>>(sc, s->keys[s->sorted], s->vals[s->sorted], s->v2, u2,
+                                                             s->ns);
+    CHECK("launching the masking");
+    const uint64_t words = keep == PREV_SPARSE ? (uint64_t)nranks * dgc_wire_bytes(k) / 8 : 0;
+    finish_kernel<<<words ? grid_for(words, s->sms, 8) : 1, kThreads, 0, st>>>(
+        sc, static_cast<const unsigned long long *>(s->gathered), static_cast<unsigned long long *>(s->prev), words, k,
+        nranks, keep, p->step, s->mapped_dev);
+    CHECK("launching the commit");
+    return 0;
+}
+
+/* A 16-bit buffer's sum without an accumulator (sum16_kernel), then the
+ * masking and the commit. */
+int launch_sum16(dgc_gpu_state *s, void *out, dgc_gpu_dtype dtype, const dgc_step_params *p, int keep, int average,
+                 uint64_t k, cudaStream_t st, char *err, size_t errlen) {
+    const uint64_t n = s->shape.n;
+    const unsigned int grid = grid_for((n + kShortSpan - 1) / kShortSpan * kThreads, s->sms, 8);
+    const char *gathered = static_cast<const char *>(s->gathered);
+    const char *prev = keep ? static_cast<const char *>(s->prev) : nullptr;
+    const float nr = (float)p->nranks;
+    if (dtype == DGC_GPU_F16)
+        sum16_kernel<DGC_GPU_F16><<<grid, kThreads, 0, st>>>(gathered, p->nranks, k, prev, -p->momentum, n, average,
+                                                             nr, out, s->sc);
+    else
+        sum16_kernel<DGC_GPU_BF16><<<grid, kThreads, 0, st>>>(gathered, p->nranks, k, prev, -p->momentum, n, average,
+                                                              nr, out, s->sc);
+    CHECK("launching the 16-bit sum");
+    return launch_mask_finish(s, p, keep ? PREV_SPARSE : PREV_NONE, k, st, err, errlen);
+}
+
+} // namespace
+
+namespace dgc_cuda {
+
 int launch_decode_tail(dgc_gpu_state *s, void *out, float *acc, dgc_gpu_dtype dtype, const dgc_step_params *p,
                        int keep, int average, uint64_t k, cudaStream_t st, char *err, size_t errlen) {
     const dgc_gpu_shape *sh = &s->shape;
@@ -439,16 +535,7 @@ int launch_decode_tail(dgc_gpu_state *s, void *out, float *acc, dgc_gpu_dtype dt
         convert_kernel<DGC_GPU_BF16><<<dense, kThreads, 0, st>>>(out, acc, n, average, nr, sc);
         CHECK("launching the conversion to bf16");
     }
-    float *u2 = s->u2 && p->momentum_masking ? s->u2 : nullptr;
-    mask_kernel<<<grid_for(k, s->sms, 8), kThreads, 0, st>>>(sc, s->keys[s->sorted], s->vals[s->sorted], s->v2, u2,
-                                                             s->ns);
-    CHECK("launching the masking");
-    const uint64_t words = keep == PREV_SPARSE ? (uint64_t)nranks * dgc_wire_bytes(k) / 8 : 0;
-    finish_kernel<<<words ? grid_for(words, s->sms, 8) : 1, kThreads, 0, st>>>(
-        sc, static_cast<const unsigned long long *>(s->gathered), static_cast<unsigned long long *>(s->prev), words, k,
-        nranks, keep, p->step, s->mapped_dev);
-    CHECK("launching the commit");
-    return 0;
+    return launch_mask_finish(s, p, keep, k, st, err, errlen);
 }
 
 } // namespace dgc_cuda
@@ -462,7 +549,8 @@ extern "C" int dgc_gpu_decode(dgc_gpu_state *s, void *out, dgc_gpu_dtype dtype, 
     const int nranks = p->nranks;
     const int keep = compensate && p->momentum > 0.0f;
     if (p->n != n || k < 1 || k > sh->sparse_k || nranks < 1 || nranks > sh->nranks ||
-        (unsigned)dtype > (unsigned)DGC_GPU_BF16 || (dtype != DGC_GPU_F32 && !s->acc) || (keep && !s->prev)) {
+        (unsigned)dtype > (unsigned)DGC_GPU_BF16 || (dtype != DGC_GPU_F32 && sh->dtype == DGC_GPU_F32) ||
+        (keep && !s->prev)) {
         char msg[240];
         snprintf(msg, sizeof msg,
                  "dgc_gpu_decode: call (n %llu, k %llu, nranks %d, dtype %d, compensation %d) does not fit the state "
@@ -485,6 +573,9 @@ extern "C" int dgc_gpu_decode(dgc_gpu_state *s, void *out, dgc_gpu_dtype dtype, 
     CHECK("launching the payloads' check");
     finalize_kernel<<<1, 1, 0, st>>>(gathered, nranks, p->step, n, k, sc, rep, s->nonfinite_dev);
     CHECK("launching the decode's decision");
+    /* A single copy's update, before anything is written to out (it may be g). */
+    if (s->single && launch_commit(s, st, err, errlen)) return -1;
+    if (!acc) return launch_sum16(s, out, dtype, p, keep, average, k, st, err, errlen);
     if (dtype == DGC_GPU_F32 && (e = nan_launch(out, dtype, n, &sc->dec_mode, s->sms, st)) != cudaSuccess)
         return fail(err, errlen, "launching the NaN fill", e);
     const unsigned int grid = sum_grid(n, s->sms);
@@ -542,6 +633,8 @@ cudaError_t preload_decode(void) {
         (const void *)average_kernel,
         (const void *)convert_kernel<DGC_GPU_F16>,
         (const void *)convert_kernel<DGC_GPU_BF16>,
+        (const void *)sum16_kernel<DGC_GPU_F16>,
+        (const void *)sum16_kernel<DGC_GPU_BF16>,
         (const void *)mask_kernel,
         (const void *)finish_kernel,
         (const void *)flag_only_kernel,

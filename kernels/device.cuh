@@ -95,7 +95,8 @@ __device__ __forceinline__ unsigned long long warp_reserve(unsigned long long *c
     return base + (incl - cnt);
 }
 
-/* The committed and the spare half of a [2][n] array. */
+/* The committed and the spare half of a [2][n] array; n 0 (a single copy,
+ * internal.cuh): the one array, both. */
 __device__ __forceinline__ const float *committed(const float *a2, int cur, uint64_t n) { return a2 + (cur ? n : 0); }
 __device__ __forceinline__ float *spare(float *a2, int cur, uint64_t n) { return a2 + (cur ? 0 : n); }
 

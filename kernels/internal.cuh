@@ -44,7 +44,7 @@ enum { PREV_NONE = 0, PREV_SPARSE = 1, PREV_DENSE = 2 };
  * the bit patterns of |value| (non-negative floats order like their bits).
  * Four passes of 8 bits; each pass's last block picks the digit. */
 struct select_job {
-    const float *vals;     /* the values; key = bits & 0x7fffffff */
+    const float *vals;     /* the values (NULL: computed, fresh); key = bits & 0x7fffffff */
     const uint32_t *idx;   /* their element indices, NULL: the position is the index */
     unsigned long long count, want, want0;
     unsigned int prefix, mask; /* the digits fixed so far */
@@ -52,6 +52,7 @@ struct select_job {
     unsigned int by_index; /* keys are ~index, among the values whose key is match: the job finds
                             * the want-th smallest index of those (the ties' cut, in index order) */
     unsigned int match;
+    unsigned int fresh;    /* FRESH_* (fresh.cuh): vals NULL, the values computed from g, u and v */
     unsigned int done;     /* blocks finished in the current pass */
     unsigned int hist[256];
     /* results, after the fourth pass */
@@ -118,8 +119,24 @@ struct dgc_gpu_state {
     int pooled;              /* block came from cudaMallocAsync (freed in stream order), not cudaMalloc */
     int counter_given;       /* nonfinite_host was the caller's (dgc_gpu_state_create_with) */
     size_t bytes;            /* its size: dgc_gpu_state_footprint(shape) */
-    uint64_t ns;             /* the halves' stride: n rounded up to 64 floats (256 bytes) */
-    float *v2, *u2;          /* [2][ns] residual and momentum (u2 NULL without momentum) */
+    /* Residual and momentum (u2 NULL without momentum): two halves, the
+     * committed one and the one the next step writes, when the shape has
+     * dense room (the dense transport sums in out, which may be g, before
+     * the step's outcome is known); else one copy, ns 0, both "halves" the
+     * same array, which the compression only reads and the commit
+     * (commit.cu) writes once the outcome is known. */
+    int single;
+    uint64_t ns;             /* the halves' stride: n rounded up to 64 floats (256 bytes); 0 when single */
+    float *v2, *u2;
+    /* The latest compression's update, which a single copy's commit does
+     * again: its g (the caller keeps it until the decode, as NCCL keeps a
+     * send buffer), and out when that is g (an in-place fp32 call: zeroed by
+     * the commit, after it has read g, instead of by the update pass). */
+    const void *upd_g;
+    void *upd_zero;
+    dgc_gpu_dtype upd_dtype;
+    float upd_m;
+    int upd_nesterov, upd_clip;
     float *acc;              /* fp32 accumulator, n (NULL when the dtype is fp32) */
     uint32_t *cand_idx;      /* candidates of the update pass, cand_cap of them */
     float *cand_val;
@@ -181,10 +198,11 @@ int sort_end_bit(uint64_t n);
 /* sample_select.cu: clipping, the threshold sample, radix select passes. */
 cudaError_t launch_clip(dgc_gpu_state *s, const void *g, dgc_gpu_dtype dtype, const dgc_step_params *p,
                         cudaStream_t st);
-cudaError_t launch_sample(dgc_gpu_state *s, const void *g, dgc_gpu_dtype dtype, const dgc_step_params *p,
-                          const dgc_sample_plan *sp, cudaStream_t st);
-/* The four passes over a job; max_count bounds the job's count (grid size). */
-cudaError_t launch_select(dgc_gpu_state *s, select_job *job, uint64_t max_count, cudaStream_t st);
+/* The four passes over a job; max_count bounds the job's count (grid size);
+ * src: where a job without an array computes its values (fresh.cuh). */
+struct fresh_src;
+cudaError_t launch_select(dgc_gpu_state *s, select_job *job, uint64_t max_count, const fresh_src &src,
+                          cudaStream_t st);
 
 /* compact.cu: the compact codec. */
 /* cub's scan scratch for items upper words. */
@@ -224,6 +242,12 @@ cudaError_t preload_compress(void);
 cudaError_t preload_decode(void);
 cudaError_t preload_dense(void);
 cudaError_t preload_compact(void);
+cudaError_t preload_commit(void);
+
+/* commit.cu: a single copy's commit, after the decode's outcome is known
+ * (DEC_OK: u and v updated again, from the compression's g, and written;
+ * any outcome: an in-place fp32 out zeroed). */
+int launch_commit(dgc_gpu_state *s, cudaStream_t st, char *err, size_t errlen);
 } // namespace dgc_cuda
 
 #endif

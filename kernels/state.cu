@@ -110,10 +110,13 @@ cudaError_t plan(const dgc_gpu_shape *sh, layout *l) {
     if (e != cudaSuccess) return e;
     size_t o = 0;
     const size_t f = sizeof(float), w = dgc_wire_bytes(k);
-    const uint64_t ns = stride_of(n);
-    l->v2 = o; o += up(2 * ns * f);
-    l->u2 = o; o += sh->with_momentum ? up(2 * ns * f) : 0;
-    l->acc = o; o += sh->dtype != DGC_GPU_F32 ? up(n * f) : 0;
+    /* Two halves of v and u only with dense room (internal.cuh, single). */
+    const uint64_t halves = sh->dense ? 2 : 1, ns = stride_of(n);
+    l->v2 = o; o += up(halves * ns * f);
+    l->u2 = o; o += sh->with_momentum ? up(halves * ns * f) : 0;
+    /* A 16-bit buffer's fp32 sum: n floats for the dense transport's sum;
+     * the all-gather's decode sums in shared memory (decode.cu, sum16). */
+    l->acc = o; o += sh->dtype != DGC_GPU_F32 && sh->dense ? up(n * f) : 0;
     l->cand_idx = o; o += up(l->cap * sizeof(uint32_t));
     l->cand_val = o; o += up(l->cap * f);
     /* The sort's other buffers are the candidate arrays (cap >= k), dead
@@ -172,7 +175,7 @@ int shape_ok(const dgc_gpu_shape *sh, char *err, size_t errlen) {
 }
 
 /* The warm-up's end (dgc_gpu_state_resize): the committed halves of v and u
- * into the new block's first halves, and what the scratch keeps from call
+ * into the new block's first halves (its only copy, without dense room), and what the scratch keeps from call
  * to call (which half is committed: now the first; how the last sum is
  * kept). The rest of the new scratch was zeroed as a new state's. */
 __global__ void __launch_bounds__(kThreads) move_kernel(const scratch *from, scratch *to, const float *v2,
@@ -208,7 +211,7 @@ cudaError_t preload_state() {
 static int preload_kernels(char *err, size_t errlen) {
     cudaError_t (*const files[])(void) = {dgc_cuda::preload_sample_select, dgc_cuda::preload_compress,
                                           dgc_cuda::preload_decode, dgc_cuda::preload_dense,
-                                          dgc_cuda::preload_compact, preload_state};
+                                          dgc_cuda::preload_compact, dgc_cuda::preload_commit, preload_state};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         const cudaError_t e = files[i]();
         if (e != cudaSuccess) return dgc_cuda::fail(err, errlen, "loading the engine's kernels", e);
@@ -252,7 +255,7 @@ static void carve(dgc_gpu_state *s, const layout *lp) {
     char *b = (char *)s->block;
     s->v2 = (float *)(b + l.v2);
     s->u2 = shape->with_momentum ? (float *)(b + l.u2) : NULL;
-    s->acc = shape->dtype != DGC_GPU_F32 ? (float *)(b + l.acc) : NULL;
+    s->acc = shape->dtype != DGC_GPU_F32 && shape->dense ? (float *)(b + l.acc) : NULL;
     s->cand_idx = (uint32_t *)(b + l.cand_idx);
     s->cand_val = (float *)(b + l.cand_val);
     s->cand_cap = l.cap;
@@ -286,7 +289,8 @@ static cudaError_t make_block(dgc_gpu_state *s, const dgc_gpu_shape *shape, cons
     s->shape = *shape;
     s->sms = sms;
     s->bytes = l->total;
-    s->ns = stride_of(shape->n);
+    s->single = !shape->dense;
+    s->ns = s->single ? 0 : stride_of(shape->n);
     const cudaError_t e = alloc_block(s, l->total, st);
     if (e == cudaSuccess) carve(s, l);
     return e;

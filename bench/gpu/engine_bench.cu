@@ -22,9 +22,13 @@
  * between the parts split the call into compress, gather and decode.
  * Beside it, the device-to-device copy bandwidth measured in the same run
  * (cudaMemcpyAsync of 1 GiB, bytes read + written over time), and the
- * roofline: the update pass's bytes (read g, u, v; write u, v; zero out:
- * 24 bytes an element with momentum, 16 without u) over that bandwidth.
- * roofline/engine is the fraction of the roofline the engine reaches.
+ * roofline: the least bytes one step's update must move (read g, u, v;
+ * write u, v; zero out: 24 bytes an element with momentum, 16 without u)
+ * over that bandwidth. roofline/engine is the fraction of the roofline the
+ * engine reaches. A state past the warm-up keeps one copy of u and v and
+ * reads g, u and v twice (the compression, then the commit once the
+ * outcome is known: kernels/commit.cu), 36 and 24 bytes: its fraction is at
+ * most 2/3.
  * Without a CUDA device: SKIPPED, exit 77. */
 #include <cuda_runtime.h>
 #include <stdint.h>

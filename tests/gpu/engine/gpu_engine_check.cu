@@ -978,6 +978,66 @@ void case_resize() {
            verdict(), configs, steps, moved, refused, (unsigned long long)sizes.back(), first_per, last_per);
 }
 
+/* A state's device memory after the warm-up (issue 46): at most 12 bytes an
+ * element at the default sparsity, at any N up to 64, every type, with and
+ * without momentum, plain and 16-bit payloads. u and v take 8 (one copy
+ * each: the commit does the update again, commit.cu), the rest is O(k): the
+ * candidates, the sort, this rank's payload, the N gathered and the N kept
+ * for the compensation. The shape is the one the NCCL path asks for past the
+ * warm-up (dgc_policy_outlook with the defaults), and the footprint function
+ * is what a state takes (every case that makes one checks it against
+ * dgc_gpu_state_bytes). The warm-up's first shape is printed beside it. */
+void case_footprint() {
+    dgc_config cfg;
+    dgc_config_defaults(&cfg);
+    cfg.warmup_steps = 100; /* the defaults have none: a warm-up to end */
+    int shapes = 0;
+    double worst = 0, first = 0, two = 0, two_bf16 = 0; /* 25M elements, 2 ranks, momentum, plain payloads */
+    std::string worst_what;
+    for (uint64_t n : {262144ull, 25000000ull})
+        for (int R = 1; R <= 64; R *= 2)
+            for (dgc_gpu_dtype t : {DGC_GPU_F32, DGC_GPU_F16, DGC_GPU_BF16})
+                for (int mom : {0, 1})
+                    for (unsigned vb : {0u, 16u}) {
+                        dgc_gpu_shape sh{};
+                        sh.n = n;
+                        sh.k = dgc_k_for(n, dgc_density_at(cfg.sparsity, cfg.warmup_steps, cfg.warmup_steps));
+                        sh.nranks = R;
+                        sh.with_momentum = mom;
+                        sh.keep_prev = mom;
+                        sh.dtype = t;
+                        sh.value_bits = vb;
+                        dgc_policy_outlook(&cfg, n, dgc_gpu_sum_type_of(t), cfg.warmup_steps, R, &sh.sparse_k,
+                                           &sh.dense);
+                        const size_t bytes = dgc_gpu_state_footprint(&sh);
+                        const double per = (double)bytes / (double)n;
+                        char what[160];
+                        snprintf(what, sizeof what, "n %llu, %d ranks, %s, momentum %d, value bits %u, k %llu, dense %d",
+                                 (unsigned long long)n, R, dname(t), mom, vb, (unsigned long long)sh.k, sh.dense);
+                        if (bytes == 0) fail("no footprint for %s", what);
+                        else if (per > 12.0) fail("%.2f bytes an element, more than 12 (%s)", per, what);
+                        if (per > worst) worst = per, worst_what = what;
+                        if (n == 25000000 && R == 2 && mom && vb == 0 && t != DGC_GPU_F16)
+                            (t == DGC_GPU_F32 ? two : two_bf16) = per;
+                        shapes++;
+                    }
+    {   /* The warm-up's first step, for comparison: 2 ranks, fp32, momentum. */
+        dgc_gpu_shape sh{};
+        sh.n = 25000000;
+        sh.k = dgc_k_for(sh.n, dgc_density_at(cfg.sparsity, cfg.warmup_steps, 0));
+        sh.nranks = 2;
+        sh.with_momentum = 1;
+        sh.keep_prev = 1;
+        sh.dtype = DGC_GPU_F32;
+        dgc_policy_outlook(&cfg, sh.n, DGC_SUM_F32, 0, 2, &sh.sparse_k, &sh.dense);
+        first = (double)dgc_gpu_state_footprint(&sh) / (double)sh.n;
+    }
+    printf("%s gpu.engine.footprint: %d shapes after the warm-up (sparsity %g), at most %.2f bytes an element (%s); "
+           "25M elements on 2 ranks with momentum: %.2f (fp32), %.2f (bf16) after the warm-up, %.2f (fp32) at its "
+           "first step\n",
+           verdict(), shapes, cfg.sparsity, worst, worst_what.c_str(), two, two_bf16, first);
+}
+
 /* Compact payloads (DGC_VALUE_BITS 16 and 32): the device's encoding is the
  * host encoder's, bit for bit; its expansion and decode give the host's
  * output and state (16-bit values rounded as the host engine rounds them,
@@ -1732,7 +1792,7 @@ const named_case kCases[] = {
     {"against_host", case_against_host}, {"half_inputs", case_half_inputs}, {"determinism", case_determinism},
     {"bad_payloads", case_bad_payloads}, {"nonfinite", case_nonfinite},     {"overflow", case_overflow},
     {"ties", case_ties},                     {"large", case_large},                   {"dense_transport", case_dense_transport},
-    {"resize", case_resize},
+    {"resize", case_resize},                {"footprint", case_footprint},
     {"compact", case_compact},              {"compact_fuzz", case_compact_fuzz},
     {"sum_rules", case_sum_rules},          {"clamp", case_clamp},        {"saturation", case_saturation},
 };

@@ -778,7 +778,7 @@ static void check_first_step_one_rank(const float *out, const float *g, long n, 
 static void case_destroy(void) {
     if (nranks != 1) fail("one rank only");
     const long n = 32L << 20, k = k_for(n, 0.999);
-    const size_t bytes = (size_t)n * sizeof(float), state_min = 2 * bytes; /* v and its update, at least */
+    const size_t bytes = (size_t)n * sizeof(float), state_min = bytes; /* v, at least (one copy: no momentum, no dense room) */
     float *g = malloc(bytes), *out = malloc(bytes);
     if (!g || !out) fail("no host memory");
     float *x = dev_alloc(bytes);
@@ -1108,7 +1108,7 @@ static void case_moved_over_budget(void) {
     ncclComm_t comm = make_comm(1);
     cudaStream_t s;
     CUDA_OK(cudaStreamCreate(&s));
-    const long n = 80003; /* about 0.7 MB of state: one fits DGC_MAX_STATE_MB=1, two do not */
+    const long n = 160003; /* about 0.76 MB of state: one fits DGC_MAX_STATE_MB=1, two do not */
     const size_t bytes = (size_t)n * sizeof(float);
     float *g = malloc(bytes), *out = malloc(bytes), *home = dev_alloc(bytes), *away = dev_alloc(bytes);
     if (!g || !out) fail("no host memory");
