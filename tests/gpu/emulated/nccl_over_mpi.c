@@ -26,7 +26,15 @@
  *   communicator with MPI_Comm_create_group;
  * - a non-blocking communicator (config.blocking = 0) answers ncclInProgress
  *   from its calls, having done the work: ncclCommGetAsyncError then says
- *   ncclSuccess (NCCL allows either; the caller's polling runs).
+ *   ncclSuccess (NCCL allows either; the caller's polling runs);
+ * - ncclCommSplit is MPI_Comm_split of the parent's MPI communicator (color
+ *   NCCL_SPLIT_NOCOLOR: no child, *newcomm NULL; children ordered by key,
+ *   then parent rank, as NCCL orders them); the child is blocking as the
+ *   parent is unless its config says otherwise. For the shim's tests,
+ *   NCCL_OVER_MPI_SPLIT_FAIL (parent ranks, comma-separated, or "all")
+ *   makes those ranks' splits fail with ncclSystemError after the collective
+ *   part, so that the other ranks' splits still complete, as when one
+ *   rank's NCCL fails to set its child up.
  * Entry points are pnccl* with nccl* as weak aliases, as NCCL exports them,
  * so that the shim finds this object as it finds the real one. */
 #include <mpi.h>
@@ -499,6 +507,59 @@ static void release(ncclComm_t comm) {
     free(comm);
 }
 
+/* Whether NCCL_OVER_MPI_SPLIT_FAIL names this parent rank. */
+static int split_fails(int rank) {
+    const char *v = getenv("NCCL_OVER_MPI_SPLIT_FAIL");
+    if (!v || !*v) return 0;
+    if (!strcmp(v, "all")) return 1;
+    for (const char *p = v; *p;) {
+        char *end;
+        const long r = strtol(p, &end, 10);
+        if (end == p) return 0;
+        if (r == rank) return 1;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return 0;
+}
+
+EXPORT ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config) {
+    if (!comm || !newcomm || (color < 0 && color != NCCL_SPLIT_NOCOLOR)) return ncclInvalidArgument;
+    *newcomm = NULL;
+    if (comm->aborted) return ncclInvalidUsage;
+    MPI_Comm child = MPI_COMM_NULL;
+    pthread_mutex_lock(&mpi_lock);
+    const int mrc = PMPI_Comm_split(comm->mpi, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color, key, &child);
+    pthread_mutex_unlock(&mpi_lock);
+    if (mrc != MPI_SUCCESS) return ncclSystemError;
+    const int blocking = config && config->blocking != NCCL_CONFIG_UNDEF_INT ? config->blocking != 0 : comm->blocking;
+    if (split_fails(comm->rank)) {
+        if (child != MPI_COMM_NULL) {
+            pthread_mutex_lock(&mpi_lock);
+            PMPI_Comm_free(&child);
+            pthread_mutex_unlock(&mpi_lock);
+        }
+        last_error("%s: failed on purpose (NCCL_OVER_MPI_SPLIT_FAIL)", "ncclCommSplit");
+        return ncclSystemError;
+    }
+    if (child == MPI_COMM_NULL) return blocking ? ncclSuccess : ncclInProgress;
+    ncclComm_t c = calloc(1, sizeof *c);
+    if (!c) {
+        pthread_mutex_lock(&mpi_lock);
+        PMPI_Comm_free(&child);
+        pthread_mutex_unlock(&mpi_lock);
+        return ncclSystemError;
+    }
+    c->mpi = child;
+    pthread_mutex_lock(&mpi_lock);
+    PMPI_Comm_rank(child, &c->rank);
+    PMPI_Comm_size(child, &c->nranks);
+    pthread_mutex_unlock(&mpi_lock);
+    c->device = comm->device;
+    c->blocking = blocking;
+    *newcomm = c;
+    return blocking ? ncclSuccess : ncclInProgress;
+}
+
 EXPORT ncclResult_t pncclCommFinalize(ncclComm_t comm) {
     if (!comm) return ncclInvalidArgument;
     return comm->blocking ? ncclSuccess : ncclInProgress;
@@ -582,6 +643,8 @@ ALIAS(ncclGetUniqueId) ncclResult_t ncclGetUniqueId(ncclUniqueId *id);
 ALIAS(ncclCommInitRank) ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank);
 ALIAS(ncclCommInitRankConfig) ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id,
                                                                   int rank, ncclConfig_t *config);
+ALIAS(ncclCommSplit) ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                                                ncclConfig_t *config);
 ALIAS(ncclCommFinalize) ncclResult_t ncclCommFinalize(ncclComm_t comm);
 ALIAS(ncclCommDestroy) ncclResult_t ncclCommDestroy(ncclComm_t comm);
 ALIAS(ncclCommAbort) ncclResult_t ncclCommAbort(ncclComm_t comm);

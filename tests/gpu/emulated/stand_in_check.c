@@ -7,8 +7,11 @@
  *   reduce-scatter), in place and not, on a stream of the program's; calls
  *   held in a group run at the outermost ncclGroupEnd and not before; a
  *   simulated group runs nothing; a non-blocking communicator answers
- *   ncclInProgress and then ncclSuccess; entry points are pnccl* with
- *   nccl* aliases;
+ *   ncclInProgress and then ncclSuccess; ncclCommSplit makes children
+ *   ordered by key whose collectives are MPI's over MPI_Comm_split's
+ *   communicator, none for NCCL_SPLIT_NOCOLOR, non-blocking as the parent
+ *   (or as the config says), and fails on the ranks NCCL_OVER_MPI_SPLIT_FAIL
+ *   names only; entry points are pnccl* with nccl* aliases;
  * - the CUDA runtime adapter (cuda_adapter.cpp): cudaGetDevice as the
  *   first call says 0; cudaStreamIsCapturing says none, then active during a
  *   capture; cudaStreamQuery reads a queued copy as done; cudaMemGetInfo's
@@ -283,6 +286,79 @@ static void check_nonblocking(cudaStream_t s) {
     CUDA_OK(cudaFree(a));
 }
 
+/* ncclCommSplit: children by color, ordered by key; their all-reduce and
+ * reduce-scatter equal MPI's over MPI_Comm_split's communicator; a rank
+ * with NCCL_SPLIT_NOCOLOR gets none; a non-blocking parent's child (config
+ * NULL) answers ncclInProgress, one made with blocking 1 does not. */
+static void check_split(ncclComm_t comm, cudaStream_t s) {
+    const long n = 2003;
+    float *f = malloc(n * nranks * 4), *want = malloc(n * nranks * 4), *got = malloc(n * nranks * 4);
+    if (!f || !want || !got) fail("no host memory");
+    for (long i = 0; i < n * nranks; i++) f[i] = value(rank, 4, i);
+    float *a = dev(n * nranks * 4), *b = dev(n * nranks * 4);
+    /* Nodes of two ranks, reversed within each by key. */
+    const int color = rank / 2, key = -rank;
+    ncclComm_t child = NULL;
+    NCCL_OK(ncclCommSplit(comm, color, key, &child, NULL));
+    MPI_Comm mchild;
+    PMPI_Comm_split(MPI_COMM_WORLD, color, key, &mchild);
+    int crank = -1, ccount = -1, mrank, msize;
+    ncclResult_t r0;
+    MPI_Comm_rank(mchild, &mrank);
+    MPI_Comm_size(mchild, &msize);
+    if (!child) fail("no child for color %d", color);
+    NCCL_OK(ncclCommUserRank(child, &crank));
+    NCCL_OK(ncclCommCount(child, &ccount));
+    if (crank != mrank || ccount != msize) fail("child rank %d of %d, MPI_Comm_split's %d of %d", crank, ccount, mrank, msize);
+    CUDA_OK(cudaMemcpy(a, f, n * 4, cudaMemcpyHostToDevice));
+    NCCL_OK(ncclAllReduce(a, b, n, ncclFloat32, ncclSum, child, s));
+    get(got, b, n * 4, s);
+    PMPI_Allreduce(f, want, (int)n, MPI_FLOAT, MPI_SUM, mchild);
+    if (memcmp(got, want, n * 4)) fail("the child's all-reduce differs from MPI's over the split communicator");
+    CUDA_OK(cudaMemcpy(a, f, n * msize * 4, cudaMemcpyHostToDevice));
+    NCCL_OK(ncclReduceScatter(a, b, n, ncclFloat32, ncclSum, child, s));
+    get(got, b, n * 4, s);
+    PMPI_Reduce_scatter_block(f, want, (int)n, MPI_FLOAT, MPI_SUM, mchild);
+    if (memcmp(got, want, n * 4)) fail("the child's reduce-scatter differs from MPI's");
+    MPI_Comm_free(&mchild);
+    NCCL_OK(ncclCommDestroy(child));
+    /* The last rank takes no part. */
+    child = (ncclComm_t)1;
+    NCCL_OK(ncclCommSplit(comm, rank == nranks - 1 ? NCCL_SPLIT_NOCOLOR : 0, rank, &child, NULL));
+    if ((child == NULL) != (rank == nranks - 1)) fail("NCCL_SPLIT_NOCOLOR: child %p on rank %d", (void *)child, rank);
+    if (child) {
+        NCCL_OK(ncclCommCount(child, &ccount));
+        if (ccount != nranks - 1) fail("a child without the last rank has %d ranks", ccount);
+        NCCL_OK(ncclCommDestroy(child));
+    }
+    /* NCCL_OVER_MPI_SPLIT_FAIL=0: rank 0's split fails, the others' complete. */
+    setenv("NCCL_OVER_MPI_SPLIT_FAIL", "0", 1);
+    child = (ncclComm_t)1;
+    r0 = ncclCommSplit(comm, 0, rank, &child, NULL);
+    unsetenv("NCCL_OVER_MPI_SPLIT_FAIL");
+    if (rank == 0 ? r0 != ncclSystemError || child : r0 != ncclSuccess || !child)
+        fail("NCCL_OVER_MPI_SPLIT_FAIL=0: rank %d's split returned %d, child %p", rank, (int)r0, (void *)child);
+    if (child) NCCL_OK(ncclCommDestroy(child));
+    /* A non-blocking parent: its child is non-blocking, unless told. */
+    ncclComm_t nb = make_comm(0);
+    ncclResult_t r = ncclCommSplit(nb, 0, rank, &child, NULL);
+    if (r != ncclInProgress || !child) fail("splitting a non-blocking parent returned %d, want ncclInProgress", (int)r);
+    NCCL_OK(ncclCommGetAsyncError(child, &r));
+    if (r != ncclSuccess) fail("the non-blocking child's async error is %d", (int)r);
+    r = ncclAllReduce(a, b, n, ncclFloat32, ncclSum, child, s);
+    if (r != ncclInProgress) fail("the non-blocking child's call returned %d", (int)r);
+    NCCL_OK(ncclCommDestroy(child));
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 1;
+    NCCL_OK(ncclCommSplit(nb, 0, rank, &child, &cfg));
+    NCCL_OK(ncclAllReduce(a, b, n, ncclFloat32, ncclSum, child, s));
+    NCCL_OK(ncclCommDestroy(child));
+    NCCL_OK(ncclCommDestroy(nb));
+    CUDA_OK(cudaFree(a));
+    CUDA_OK(cudaFree(b));
+    free(f), free(want), free(got);
+}
+
 /* The adapter's answers where chipStar's differ from CUDA's. */
 static void check_adapter(void) {
     int d = 7;
@@ -349,6 +425,7 @@ int main(int argc, char **argv) {
     check_gather_scatter(comm, s);
     check_groups(comm, s);
     check_nonblocking(s);
+    check_split(comm, s);
     NCCL_OK(ncclCommDestroy(comm));
     MPI_Barrier(MPI_COMM_WORLD);
     printf("PASS emulated.stand_ins rank %d of %d\n", rank, nranks);
