@@ -1631,6 +1631,8 @@ static const test_case cases[] = {
      {"DGC_SPARSITY=0.999", "DGC_SAMPLE_RATIO=1", "DGC_MIN_RANKS=1", "DGC_STATS=1", "DGC_LOG_LEVEL=debug"}, NULL},
     {"mismatch", case_mismatch, {SPARSE}, "DGC_SPARSITY=0.9"},
     {"bad_env", case_mismatch, {SPARSE}, "DGC_SPARSITY=1.5"},
+    /* The node layout's size differs (issue 47): stopped at the check. */
+    {"node_size_mismatch", case_mismatch, {SPARSE}, "DGC_NODE_SIZE=2"},
     {"nonblocking", case_nonblocking, {SPARSE, "DGC_STATS=1"}, NULL},
     {"over_budget", case_over_budget, {SPARSE, "DGC_STATS=1", "DGC_LOG_LEVEL=info"}, "DGC_MAX_STATE_MB=1"},
     /* Density 1 at the default sample ratio, by either transport. */
