@@ -119,6 +119,10 @@ typedef struct dgc_buffer {
     size_t gpu_bytes;
     void (*gpu_release)(struct dgc_buffer *b);
     void *gpu_owner;  /* the front end's per-communicator data, for gpu_release (set after adopt) */
+    /* A move of the GPU state into a smaller block that device memory
+     * refused: the k it was for, and the communicator's call count then
+     * (nccl/state.c's shrink tries again for a smaller k, or later). */
+    uint64_t gpu_move_refused_k, gpu_move_refused_call;
     int pinned;       /* a call in flight uses it: never freed as idle or retired (dgc_registry_release_where) */
 } dgc_buffer;
 

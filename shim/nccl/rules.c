@@ -70,6 +70,10 @@ int dgc_nccl_verdict(const uint64_t *all, int nranks, int nwords, int parse, int
     return DGC_CHECK_PASSED;
 }
 
+int dgc_nccl_move_due(uint64_t refused_k, uint64_t refused_call, uint64_t want_k, uint64_t calls) {
+    return refused_k == 0 || want_k < refused_k || calls - refused_call >= DGC_NCCL_MOVE_RETRY_CALLS;
+}
+
 const dgc_config *dgc_nccl_planning_config(const dgc_config *cfg, dgc_config *spare) {
     if (cfg->transport != DGC_TRANSPORT_REDUCE) return cfg;
     *spare = *cfg;

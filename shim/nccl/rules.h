@@ -80,6 +80,17 @@ int dgc_nccl_vote_dense(const unsigned char *votes, int nranks);
  * that differs from rank 0's (else -1). */
 int dgc_nccl_verdict(const uint64_t *all, int nranks, int nwords, int parse, int *bad_rank, int *bad_word);
 
+/* Calls of a communicator after a refused move of a GPU state into a
+ * smaller block before the next try (dgc_nccl_move_due). */
+#define DGC_NCCL_MOVE_RETRY_CALLS 1000
+
+/* Whether a state whose move device memory refused (for k refused_k at the
+ * communicator's call refused_call; refused_k 0: none refused) tries again
+ * now, for want_k at call calls: for a smaller k (a later warm-up stage),
+ * or DGC_NCCL_MOVE_RETRY_CALLS calls on. Under memory pressure each try is
+ * an allocation that fails. */
+int dgc_nccl_move_due(uint64_t refused_k, uint64_t refused_call, uint64_t want_k, uint64_t calls);
+
 /* The configuration the NCCL path plans with: cfg itself, or with
  * DGC_TRANSPORT=reduce (the MPI path's alone) a copy in spare that says
  * auto, so that its calls go by whichever of the all-gather and the dense

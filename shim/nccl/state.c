@@ -69,15 +69,21 @@ static int much_smaller(const dgc_gpu_shape *have, const dgc_gpu_shape *want) {
 static void shrink(dgc_nccl_call *k, dgc_buffer *b, const dgc_gpu_shape *want) {
     const dgc_gpu_shape *have = dgc_gpu_state_shape(b->gpu);
     if (!much_smaller(have, want) || !dgc_gpu_state_kept_fits(b->gpu, want)) return;
+    const uint64_t calls = k->c->calls;
+    if (!dgc_nccl_move_due(b->gpu_move_refused_k, b->gpu_move_refused_call, want->k, calls)) return;
     const size_t before = dgc_gpu_state_bytes(b->gpu);
     char err[256] = "";
     dgc_gpu_state *s = dgc_gpu_state_resize(b->gpu, want, k->stream, err, sizeof err);
     if (!s) {
         (void)cudaGetLastError();
-        DGC_DEBUG("the state of a %llu-element buffer stays at %zu bytes: %s", (unsigned long long)k->count, before,
-                  err);
+        b->gpu_move_refused_k = want->k;
+        b->gpu_move_refused_call = calls;
+        DGC_DEBUG("the state of a %llu-element buffer stays at %zu bytes: %s (tried again for a smaller k, or %d "
+                  "calls on)",
+                  (unsigned long long)k->count, before, err, DGC_NCCL_MOVE_RETRY_CALLS);
         return;
     }
+    b->gpu_move_refused_k = 0;
     dgc_registry_gpu_moved(b, s, dgc_gpu_state_bytes(s));
     DGC_DEBUG("the state of a %llu-element buffer moved from %zu to %zu bytes of device memory (k %llu, sparse k "
               "%llu, dense room %d)", (unsigned long long)k->count, before, dgc_gpu_state_bytes(s),

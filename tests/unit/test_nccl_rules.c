@@ -239,6 +239,18 @@ Test(nccl_verdict, the_gathered_words_pass_only_when_every_rank_agrees) {
 }
 
 /* DGC_TRANSPORT=reduce is the MPI path's: the NCCL path plans as auto. */
+/* docs/nccl.md, "GPU memory": a move device memory refused is not tried on
+ * every call; it is tried for a later warm-up stage's smaller k, or after
+ * DGC_NCCL_MOVE_RETRY_CALLS calls. */
+Test(nccl_move, a_refused_move_waits_for_a_smaller_k_or_many_calls) {
+    cr_expect(dgc_nccl_move_due(0, 0, 100, 5), "nothing refused: tried");
+    cr_expect_not(dgc_nccl_move_due(100, 40, 100, 41), "the same k on the next call");
+    cr_expect_not(dgc_nccl_move_due(100, 40, 100, 40 + DGC_NCCL_MOVE_RETRY_CALLS - 1), "the same k, not long after");
+    cr_expect(dgc_nccl_move_due(100, 40, 100, 40 + DGC_NCCL_MOVE_RETRY_CALLS), "the same k, long after");
+    cr_expect(dgc_nccl_move_due(100, 40, 25, 41), "a later stage's smaller k");
+    cr_expect_not(dgc_nccl_move_due(100, 40, 400, 41), "a larger k");
+}
+
 Test(nccl_rules, reduce_plans_as_auto) {
     dgc_config cfg, spare;
     dgc_config_defaults(&cfg);
