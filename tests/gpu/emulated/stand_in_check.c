@@ -222,26 +222,50 @@ static void check_half(ncclComm_t comm, cudaStream_t s) {
     free(all);
 }
 
+/* A check's arrays for count floats: this rank's values for tag (f), room
+ * for MPI's and the stand-in's results, and two device arrays. */
+typedef struct {
+    float *f, *want, *got, *a, *b;
+} arrays;
+
+static arrays arrays_for(long count, int tag) {
+    arrays x = {malloc(count * 4), malloc(count * 4), malloc(count * 4), NULL, NULL};
+    if (!x.f || !x.want || !x.got) fail("no host memory");
+    for (long i = 0; i < count; i++) x.f[i] = value(rank, tag, i);
+    x.a = dev(count * 4);
+    x.b = dev(count * 4);
+    return x;
+}
+
+static void arrays_free(arrays *x) {
+    CUDA_OK(cudaFree(x->a));
+    CUDA_OK(cudaFree(x->b));
+    free(x->f), free(x->want), free(x->got);
+}
+
+/* ncclReduceScatter of x's ranks x n values on nc against
+ * MPI_Reduce_scatter_block's over mc, which has the same ranks. */
+static void check_reduce_scatter(arrays *x, long n, int ranks, ncclComm_t nc, MPI_Comm mc, cudaStream_t s,
+                                 const char *what) {
+    CUDA_OK(cudaMemcpy(x->a, x->f, n * ranks * 4, cudaMemcpyHostToDevice));
+    NCCL_OK(ncclReduceScatter(x->a, x->b, n, ncclFloat32, ncclSum, nc, s));
+    get(x->got, x->b, n * 4, s);
+    PMPI_Reduce_scatter_block(x->f, x->want, (int)n, MPI_FLOAT, MPI_SUM, mc);
+    if (memcmp(x->got, x->want, n * 4)) fail("%s's reduce-scatter differs from MPI_Reduce_scatter_block's", what);
+}
+
 /* All-gather and reduce-scatter against MPI's. */
 static void check_gather_scatter(ncclComm_t comm, cudaStream_t s) {
     const long n = 3001;
-    float *f = malloc(n * nranks * 4), *want = malloc(n * nranks * 4), *got = malloc(n * nranks * 4);
-    if (!f || !want || !got) fail("no host memory");
-    for (long i = 0; i < n * nranks; i++) f[i] = value(rank, 3, i);
-    float *a = dev(n * nranks * 4), *b = dev(n * nranks * 4);
+    arrays x = arrays_for(n * nranks, 3);
+    float *f = x.f, *want = x.want, *got = x.got, *a = x.a, *b = x.b;
     CUDA_OK(cudaMemcpy(a, f, n * 4, cudaMemcpyHostToDevice));
     NCCL_OK(ncclAllGather(a, b, n, ncclFloat32, comm, s));
     get(got, b, n * nranks * 4, s);
     PMPI_Allgather(f, (int)n, MPI_FLOAT, want, (int)n, MPI_FLOAT, MPI_COMM_WORLD);
     if (memcmp(got, want, n * nranks * 4)) fail("all-gather differs from MPI_Allgather's");
-    CUDA_OK(cudaMemcpy(a, f, n * nranks * 4, cudaMemcpyHostToDevice));
-    NCCL_OK(ncclReduceScatter(a, b, n, ncclFloat32, ncclSum, comm, s));
-    get(got, b, n * 4, s);
-    PMPI_Reduce_scatter_block(f, want, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    if (memcmp(got, want, n * 4)) fail("reduce-scatter differs from MPI_Reduce_scatter_block's");
-    CUDA_OK(cudaFree(a));
-    CUDA_OK(cudaFree(b));
-    free(f), free(want), free(got);
+    check_reduce_scatter(&x, n, nranks, comm, MPI_COMM_WORLD, s, "the communicator");
+    arrays_free(&x);
 }
 
 /* Held calls run at the outermost ncclGroupEnd, not before; a simulated
@@ -292,10 +316,8 @@ static void check_nonblocking(cudaStream_t s) {
  * NULL) answers ncclInProgress, one made with blocking 1 does not. */
 static void check_split(ncclComm_t comm, cudaStream_t s) {
     const long n = 2003;
-    float *f = malloc(n * nranks * 4), *want = malloc(n * nranks * 4), *got = malloc(n * nranks * 4);
-    if (!f || !want || !got) fail("no host memory");
-    for (long i = 0; i < n * nranks; i++) f[i] = value(rank, 4, i);
-    float *a = dev(n * nranks * 4), *b = dev(n * nranks * 4);
+    arrays x = arrays_for(n * nranks, 4);
+    float *f = x.f, *want = x.want, *got = x.got, *a = x.a, *b = x.b;
     /* Nodes of two ranks, reversed within each by key. */
     const int color = rank / 2, key = -rank;
     ncclComm_t child = NULL;
@@ -315,11 +337,7 @@ static void check_split(ncclComm_t comm, cudaStream_t s) {
     get(got, b, n * 4, s);
     PMPI_Allreduce(f, want, (int)n, MPI_FLOAT, MPI_SUM, mchild);
     if (memcmp(got, want, n * 4)) fail("the child's all-reduce differs from MPI's over the split communicator");
-    CUDA_OK(cudaMemcpy(a, f, n * msize * 4, cudaMemcpyHostToDevice));
-    NCCL_OK(ncclReduceScatter(a, b, n, ncclFloat32, ncclSum, child, s));
-    get(got, b, n * 4, s);
-    PMPI_Reduce_scatter_block(f, want, (int)n, MPI_FLOAT, MPI_SUM, mchild);
-    if (memcmp(got, want, n * 4)) fail("the child's reduce-scatter differs from MPI's");
+    check_reduce_scatter(&x, n, msize, child, mchild, s, "the child");
     MPI_Comm_free(&mchild);
     NCCL_OK(ncclCommDestroy(child));
     /* The last rank takes no part. */
@@ -354,9 +372,7 @@ static void check_split(ncclComm_t comm, cudaStream_t s) {
     NCCL_OK(ncclAllReduce(a, b, n, ncclFloat32, ncclSum, child, s));
     NCCL_OK(ncclCommDestroy(child));
     NCCL_OK(ncclCommDestroy(nb));
-    CUDA_OK(cudaFree(a));
-    CUDA_OK(cudaFree(b));
-    free(f), free(want), free(got);
+    arrays_free(&x);
 }
 
 /* The adapter's answers where chipStar's differ from CUDA's. */
