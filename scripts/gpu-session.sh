@@ -9,10 +9,10 @@
 # and the benchmark's included).
 #
 #   scripts/gpu-session.sh [--deadline S] [--out DIR] [PHASE...]
-#     PHASE       env engine nccl nccl_rest ddp watchdog bench sanitizers (default: env
-#                 engine ddp nccl, caps 30 + 150 + 180 + 150 s; nccl: a dozen telling
-#                 2-rank cases, below; a second call on the warm machine: bench nccl_rest
-#                 watchdog sanitizers, whose builds are then incremental)
+#     PHASE       env engine nccl nccl_rest ddp watchdog memory bench sanitizers (default:
+#                 env engine ddp nccl, caps 30 + 150 + 180 + 150 s; nccl: a dozen telling
+#                 2-rank cases, below; a second call on the warm machine: memory bench
+#                 nccl_rest watchdog sanitizers, whose builds are then incremental)
 #     --deadline  seconds for the whole command (default 540, under the tool's 600)
 #     --out       what comes back (default $OUT, else build-gpu/session)
 #     --list      each phase's builds and the checks it would run, in order; nothing run
@@ -28,8 +28,8 @@ while [ $# -gt 0 ]; do
     --deadline) deadline=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --list) list=1; shift ;;
-    env|engine|nccl|nccl_rest|ddp|watchdog|bench|sanitizers) phases+=("$1"); shift ;;
-    *) echo "gpu-session.sh: unknown argument $1 (phases: env engine nccl nccl_rest ddp watchdog bench sanitizers)" >&2; exit 2 ;;
+    env|engine|nccl|nccl_rest|ddp|watchdog|memory|bench|sanitizers) phases+=("$1"); shift ;;
+    *) echo "gpu-session.sh: unknown argument $1 (phases: env engine nccl nccl_rest ddp watchdog memory bench sanitizers)" >&2; exit 2 ;;
   esac
 done
 [ ${#phases[@]} -gt 0 ] || phases=(env engine ddp nccl)
@@ -88,6 +88,7 @@ phase_cmd() { # phase -> the command and its cap in seconds (env: preflight, a f
     nccl_rest) cap=300 cmd=("$T" --out "$logs" --no-ddp --only '^gpu\.nccl\.' --skip "$telling_re") ;;
     ddp) cap=180 cmd=("$T" --out "$logs" --only '^ddp\.two_ranks$') ;;
     watchdog) cap=150 cmd=("$T" --out "$logs" --only '^ddp\.shim_on_one_rank$') ;;
+    memory) cap=170 cmd=("$T" --out "$logs" --only '^ddp\.memory_fit$') ;;
     bench) cap=200 cmd=("$T" --out "$logs" --no-checks --bench) ;;
     sanitizers) cap=300 cmd=("$T" --out "$logs" --no-ddp --only '^sanitizer\.') ;;
     env) cap=30 cmd=() ;;

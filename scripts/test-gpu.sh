@@ -22,7 +22,7 @@
 #     --no-checks   no checks at all (with --bench: the build and the benchmark alone)
 #     --only REGEX  only the checks whose names match (extended regex: gpu.engine.*,
 #                   gpu.nccl.*, sanitizer.memcheck, sanitizer.racecheck, ddp.two_ranks,
-#                   ddp.shim_on_one_rank);
+#                   ddp.shim_on_one_rank, ddp.memory_fit);
 #                   the build always runs (incremental): lets a session split the run
 #                   over several device calls of limited length
 #     --build-only  the builds alone, no GPU needed (scripts/gpu-rehearsal.sh)
@@ -179,7 +179,7 @@ ordered=$(for t in $first; do grep -qx -- "$t" <<<"$listed" && echo "$t"; done
 if [ "$build_only" = 1 ]; then
   if [ "$list" = 1 ]; then
     for t in $ordered; do wanted "$t" && echo "would run $t (from $([[ $t == gpu.nccl.* ]] && echo "$nccl_dir" || echo "$gb"))"; done
-    for t in ddp.two_ranks ddp.shim_on_one_rank; do [ "$ddp" = 1 ] && wanted "$t" && echo "would run $t"; done
+    for t in ddp.two_ranks ddp.shim_on_one_rank ddp.memory_fit; do [ "$ddp" = 1 ] && wanted "$t" && echo "would run $t"; done
     for t in sanitizer.memcheck sanitizer.racecheck; do wanted "$t" && echo "would run $t"; done
     [ "$bench" = 0 ] || echo "would run bench (bench/gpu/run.sh)"
   fi
@@ -215,6 +215,11 @@ fi
 # within about 90 s, not hang in a wait of the shim's.
 if [ "$ddp" = 1 ] && wanted ddp.shim_on_one_rank; then
   check ddp.shim_on_one_rank tests/gpu/torch/one_sided.sh --out "$out/one_sided"
+fi
+# GPU memory beside PyTorch's: DDP whose own memory takes 60% of the GPU,
+# 3 steps with SGD momentum; no step may fail for the shim's states.
+if [ "$ddp" = 1 ] && wanted ddp.memory_fit; then
+  check ddp.memory_fit tests/gpu/torch/memory_fit.sh --out "$out/memory_fit"
 fi
 
 engine=$gb/tests/gpu/engine/gpu_engine_check
