@@ -1,4 +1,4 @@
-/* A single copy's commit (internal.cuh, dgc_gpu_state.single): once the
+/* A single copy's commit (internal.cuh, single_copy): once the
  * decode knows the step goes through, the compression's update is done again
  * from its g and the committed u and v, and written over them. The masking
  * of the sent indices follows (decode.cu), as it does on the spares of a
@@ -41,17 +41,15 @@ __global__ void __launch_bounds__(kThreads) commit_kernel(const void *g, float *
 
 template <int DT>
 void commit_dispatch(const dgc_gpu_state *s, unsigned int grid, cudaStream_t st) {
+    const fresh_src &f = s->upd;
     const uint64_t n = s->shape.n;
-    float *zero = static_cast<float *>(s->upd_zero);
-    if (!s->u2)
-        commit_kernel<DT, false, false><<<grid, kThreads, 0, st>>>(s->upd_g, s->v2, nullptr, zero, n, s->upd_m,
-                                                                   s->upd_clip, s->sc);
-    else if (s->upd_nesterov)
-        commit_kernel<DT, true, true><<<grid, kThreads, 0, st>>>(s->upd_g, s->v2, s->u2, zero, n, s->upd_m,
-                                                                 s->upd_clip, s->sc);
+    float *v = s->v2, *u = s->u2, *zero = static_cast<float *>(s->upd_zero);
+    if (!u)
+        commit_kernel<DT, false, false><<<grid, kThreads, 0, st>>>(f.g, v, nullptr, zero, n, f.m, f.clip, s->sc);
+    else if (f.nesterov)
+        commit_kernel<DT, true, true><<<grid, kThreads, 0, st>>>(f.g, v, u, zero, n, f.m, f.clip, s->sc);
     else
-        commit_kernel<DT, true, false><<<grid, kThreads, 0, st>>>(s->upd_g, s->v2, s->u2, zero, n, s->upd_m,
-                                                                  s->upd_clip, s->sc);
+        commit_kernel<DT, true, false><<<grid, kThreads, 0, st>>>(f.g, v, u, zero, n, f.m, f.clip, s->sc);
 }
 
 } // namespace
@@ -59,9 +57,9 @@ void commit_dispatch(const dgc_gpu_state *s, unsigned int grid, cudaStream_t st)
 namespace dgc_cuda {
 
 int launch_commit(dgc_gpu_state *s, cudaStream_t st, char *err, size_t errlen) {
-    if (!s->upd_g) return 0; /* a decode with no compression before it (a decoder's test): no update to commit */
+    if (!s->upd.g) return 0; /* a decode with no compression before it (a decoder's test): no update to commit */
     const unsigned int grid = grid_for(s->shape.n, s->sms, 8);
-    switch (s->upd_dtype) {
+    switch (s->upd.dtype) {
     case DGC_GPU_F16: commit_dispatch<DGC_GPU_F16>(s, grid, st); break;
     case DGC_GPU_BF16: commit_dispatch<DGC_GPU_BF16>(s, grid, st); break;
     default: commit_dispatch<DGC_GPU_F32>(s, grid, st); break;

@@ -519,14 +519,8 @@ extern "C" int dgc_gpu_compress(dgc_gpu_state *s, const void *g, void *out, dgc_
 
     /* An in-place fp32 call on a single copy keeps g until the commit has
      * read it again: the commit zeroes out then. */
-    const bool zero_later = s->single && dtype == DGC_GPU_F32 && out == g;
-    s->upd_g = g;
-    s->upd_zero = zero_later ? out : nullptr;
-    s->upd_dtype = dtype;
-    s->upd_m = p->momentum;
-    s->upd_nesterov = p->nesterov != 0;
-    s->upd_clip = p->clip_norm > 0;
-    fresh_src src;
+    const bool zero_later = single_copy(s) && dtype == DGC_GPU_F32 && out == g;
+    fresh_src &src = s->upd;
     src.g = g;
     src.v2 = s->v2;
     src.u2 = s->u2;
@@ -541,6 +535,7 @@ extern "C" int dgc_gpu_compress(dgc_gpu_state *s, const void *g, void *out, dgc_
     src.step = p->step;
     src.whole = sp.whole;
     src.dense = sp.count == sp.runs * DGC_SAMPLE_RUN;
+    s->upd_zero = zero_later ? out : nullptr;
 
     init_kernel<<<1, kThreads, 0, st>>>(sc, sp.count, sp.want);
     CHECK("launching the compression's init");
@@ -558,7 +553,7 @@ extern "C" int dgc_gpu_compress(dgc_gpu_state *s, const void *g, void *out, dgc_
     a.zero = dtype != DGC_GPU_F32 ? s->acc : zero_later ? nullptr : static_cast<float *>(out);
     a.v2 = s->v2;
     a.u2 = s->u2;
-    a.keep = !s->single;
+    a.keep = !single_copy(s);
     a.n = n;
     a.ns = ns;
     a.sc = sc;

@@ -362,13 +362,13 @@ __device__ void tell_host(const scratch *sc, dgc_gpu_state_mapped *m, uint64_t s
     m->done_step = step + 1;
 }
 
-/* Commit: flip the committed half (no other thread of this kernel reads
- * cur), and note how this step's sum is kept for the next compensation:
+/* Commit: flip the committed half when there are two (no other thread of
+ * this kernel reads cur; a single copy has none to flip), and note how this step's sum is kept for the next compensation:
  * the gathered payloads copied (PREV_SPARSE), or already in prev_dense
  * (PREV_DENSE). Committed or not, the host hears that the step is done. */
 __global__ void __launch_bounds__(kThreads) finish_kernel(scratch *sc, const unsigned long long *gathered,
                                                           unsigned long long *prev, uint64_t words, uint64_t k,
-                                                          int nranks, int keep, uint64_t step,
+                                                          int nranks, int keep, uint64_t step, int halves,
                                                           dgc_gpu_state_mapped *m) {
     const bool ok = sc->dec_mode == DEC_OK;
     if (ok && keep == PREV_SPARSE)
@@ -376,7 +376,7 @@ __global__ void __launch_bounds__(kThreads) finish_kernel(scratch *sc, const uns
             prev[w] = gathered[w];
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     if (ok) {
-        sc->cur ^= 1;
+        if (halves) sc->cur ^= 1;
         if (keep != PREV_NONE) {
             sc->prev_kind = keep;
             sc->prev_k = k;
@@ -474,7 +474,7 @@ int launch_mask_finish(dgc_gpu_state *s, const dgc_step_params *p, int keep, uin
     const uint64_t words = keep == PREV_SPARSE ? (uint64_t)nranks * dgc_wire_bytes(k) / 8 : 0;
     finish_kernel<<<words ? grid_for(words, s->sms, 8) : 1, kThreads, 0, st>>>(
         sc, static_cast<const unsigned long long *>(s->gathered), static_cast<unsigned long long *>(s->prev), words, k,
-        nranks, keep, p->step, s->mapped_dev);
+        nranks, keep, p->step, !single_copy(s), s->mapped_dev);
     CHECK("launching the commit");
     return 0;
 }
@@ -574,7 +574,7 @@ extern "C" int dgc_gpu_decode(dgc_gpu_state *s, void *out, dgc_gpu_dtype dtype, 
     finalize_kernel<<<1, 1, 0, st>>>(gathered, nranks, p->step, n, k, sc, rep, s->nonfinite_dev);
     CHECK("launching the decode's decision");
     /* A single copy's update, before anything is written to out (it may be g). */
-    if (s->single && launch_commit(s, st, err, errlen)) return -1;
+    if (single_copy(s) && launch_commit(s, st, err, errlen)) return -1;
     if (!acc) return launch_sum16(s, out, dtype, p, keep, average, k, st, err, errlen);
     if (dtype == DGC_GPU_F32 && (e = nan_launch(out, dtype, n, &sc->dec_mode, s->sms, st)) != cudaSuccess)
         return fail(err, errlen, "launching the NaN fill", e);

@@ -38,18 +38,8 @@ enum {
     FRESH_ELEMENT = 2, /* element t's updated v itself (the exact path: every element) */
 };
 
-/* What an updated value is computed from: the call's g and the committed
- * arrays, and the sample plan's runs (dgc_rule_run_start). */
-struct fresh_src {
-    const void *g;
-    const float *v2, *u2; /* the state's arrays (u2 NULL without momentum); sc->cur picks the committed half */
-    uint64_t ns;          /* their halves' stride: 0 for a single copy */
-    const scratch *sc;    /* the clipping scale, written by the clip kernel before any read here */
-    float m;
-    int dtype, nesterov, clip;
-    uint64_t n, runs, step; /* the sample plan's */
-    int whole, dense;       /* dense: every run full, run r at positions [r*RUN, (r+1)*RUN) */
-};
+/* struct fresh_src (what an updated value is computed from) is in
+ * internal.cuh: the state keeps the latest call's for the commit. */
 
 __device__ __forceinline__ float fresh_load(const fresh_src &s, uint64_t e) {
     switch (s.dtype) {

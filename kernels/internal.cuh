@@ -109,6 +109,19 @@ struct scratch {
     double clip_part[kClipBlocks];
 };
 
+/* What an updated value is computed from (fresh.cuh): the call's g and the
+ * committed arrays, and the sample plan's runs (dgc_rule_run_start). */
+struct fresh_src {
+    const void *g;
+    const float *v2, *u2; /* the state's arrays (u2 NULL without momentum); sc->cur picks the committed half */
+    uint64_t ns;          /* their halves' stride: 0 for a single copy */
+    const scratch *sc;    /* the clipping scale, written by the clip kernel before any read here */
+    float m;
+    int dtype, nesterov, clip;
+    uint64_t n, runs, step; /* the sample plan's */
+    int whole, dense;       /* dense: every run full, run r at positions [r*RUN, (r+1)*RUN) */
+};
+
 } // namespace dgc_cuda
 
 /* The host side of a state. One cudaMalloc holds every device array. */
@@ -122,21 +135,18 @@ struct dgc_gpu_state {
     /* Residual and momentum (u2 NULL without momentum): two halves, the
      * committed one and the one the next step writes, when the shape has
      * dense room (the dense transport sums in out, which may be g, before
-     * the step's outcome is known); else one copy, ns 0, both "halves" the
-     * same array, which the compression only reads and the commit
-     * (commit.cu) writes once the outcome is known. */
-    int single;
-    uint64_t ns;             /* the halves' stride: n rounded up to 64 floats (256 bytes); 0 when single */
+     * the step's outcome is known); else one copy (ns 0, single_copy()),
+     * both "halves" the same array, which the compression only reads and
+     * the commit (commit.cu) writes once the outcome is known. */
+    uint64_t ns;             /* the halves' stride: n rounded up to 64 floats (256 bytes); 0 for one copy */
     float *v2, *u2;
     /* The latest compression's update, which a single copy's commit does
      * again: its g (the caller keeps it until the decode, as NCCL keeps a
-     * send buffer), and out when that is g (an in-place fp32 call: zeroed by
-     * the commit, after it has read g, instead of by the update pass). */
-    const void *upd_g;
+     * send buffer) and parameters, and out when that is g (an in-place fp32
+     * call: zeroed by the commit, after it has read g, instead of by the
+     * update pass). upd.g NULL: no compression yet. */
+    dgc_cuda::fresh_src upd;
     void *upd_zero;
-    dgc_gpu_dtype upd_dtype;
-    float upd_m;
-    int upd_nesterov, upd_clip;
     float *acc;              /* fp32 accumulator, n (NULL when the dtype is fp32) */
     uint32_t *cand_idx;      /* candidates of the update pass, cand_cap of them */
     float *cand_val;
@@ -172,6 +182,9 @@ struct dgc_gpu_state {
 
 namespace dgc_cuda {
 
+/* A state without dense room: one copy of v and u (dgc_gpu_state.ns). */
+inline bool single_copy(const dgc_gpu_state *s) { return s->ns == 0; }
+
 /* Records a CUDA failure for dgc_gpu_last_error and writes "what: why" into
  * err (when not NULL). Returns -1. */
 int fail(char *err, size_t errlen, const char *what, cudaError_t e);
@@ -200,7 +213,6 @@ cudaError_t launch_clip(dgc_gpu_state *s, const void *g, dgc_gpu_dtype dtype, co
                         cudaStream_t st);
 /* The four passes over a job; max_count bounds the job's count (grid size);
  * src: where a job without an array computes its values (fresh.cuh). */
-struct fresh_src;
 cudaError_t launch_select(dgc_gpu_state *s, select_job *job, uint64_t max_count, const fresh_src &src,
                           cudaStream_t st);
 

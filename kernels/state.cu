@@ -110,7 +110,7 @@ cudaError_t plan(const dgc_gpu_shape *sh, layout *l) {
     if (e != cudaSuccess) return e;
     size_t o = 0;
     const size_t f = sizeof(float), w = dgc_wire_bytes(k);
-    /* Two halves of v and u only with dense room (internal.cuh, single). */
+    /* Two halves of v and u only with dense room (internal.cuh, dgc_gpu_state.ns). */
     const uint64_t halves = sh->dense ? 2 : 1, ns = stride_of(n);
     l->v2 = o; o += up(halves * ns * f);
     l->u2 = o; o += sh->with_momentum ? up(halves * ns * f) : 0;
@@ -289,8 +289,7 @@ static cudaError_t make_block(dgc_gpu_state *s, const dgc_gpu_shape *shape, cons
     s->shape = *shape;
     s->sms = sms;
     s->bytes = l->total;
-    s->single = !shape->dense;
-    s->ns = s->single ? 0 : stride_of(shape->n);
+    s->ns = shape->dense ? stride_of(shape->n) : 0;
     const cudaError_t e = alloc_block(s, l->total, st);
     if (e == cudaSuccess) carve(s, l);
     return e;
