@@ -8,11 +8,10 @@ bytes are in its STATS lines at exit (DGC_STATS=1, set by memory_fit.sh).
 """
 import argparse
 import os
-import sys
-import time
 
 import torch
 import torch.distributed as dist
+from outcome import run_reported
 
 
 def main():
@@ -26,8 +25,8 @@ def main():
     dev = torch.device("cuda", local % torch.cuda.device_count())
     torch.cuda.set_device(dev)
     gib = 1 << 30
-    t0 = time.monotonic()
-    try:
+
+    def train():
         dist.init_process_group("nccl")
         free, total = torch.cuda.mem_get_info(dev)
         sharing = world // max(1, torch.cuda.device_count())  # ranks on this GPU
@@ -51,12 +50,10 @@ def main():
             print(f"rank {rank}: step {step} reserved {torch.cuda.memory_reserved(dev) / gib:.2f} GiB, peak "
                   f"{torch.cuda.max_memory_reserved(dev) / gib:.2f} GiB, device free "
                   f"{torch.cuda.mem_get_info(dev)[0] / gib:.2f} GiB", flush=True)
-        print(f"rank {rank}: FINISHED {a.steps} steps in {time.monotonic() - t0:.1f} s", flush=True)
         dist.destroy_process_group()
-    except Exception as e:  # what PyTorch raised is the result
-        first = (str(e).splitlines() or [""])[0][:300]
-        print(f"rank {rank}: RAISED after {time.monotonic() - t0:.1f} s: {type(e).__name__}: {first}", flush=True)
-        sys.exit(3)
+        return f"{a.steps} steps"
+
+    run_reported(rank, train)
 
 
 if __name__ == "__main__":

@@ -4,11 +4,10 @@ error PyTorch raised. The launcher (one_sided.sh) preloads the shim on rank 0
 only."""
 import datetime
 import os
-import sys
-import time
 
 import torch
 import torch.distributed as dist
+from outcome import run_reported
 
 
 def main():
@@ -16,8 +15,8 @@ def main():
     local = int(os.environ.get("LOCAL_RANK", rank))
     dev = torch.device("cuda", local % torch.cuda.device_count())
     torch.cuda.set_device(dev)
-    t0 = time.monotonic()
-    try:
+
+    def train():
         dist.init_process_group("nccl", timeout=datetime.timedelta(seconds=60))
         model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).to(dev)
         ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index])
@@ -30,11 +29,9 @@ def main():
             loss.backward()
             opt.step()
             torch.cuda.synchronize()
-        print(f"rank {rank}: FINISHED 200 steps in {time.monotonic() - t0:.1f} s", flush=True)
-    except Exception as e:  # what PyTorch raised is the result
-        first = (str(e).splitlines() or [""])[0][:300]
-        print(f"rank {rank}: RAISED after {time.monotonic() - t0:.1f} s: {type(e).__name__}: {first}", flush=True)
-        sys.exit(3)
+        return "200 steps"
+
+    run_reported(rank, train)
 
 
 if __name__ == "__main__":
