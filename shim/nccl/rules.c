@@ -61,13 +61,50 @@ int dgc_nccl_verdict(const uint64_t *all, int nranks, int nwords, int parse, int
         *bad_rank = r;
         return DGC_CHECK_FAILED;
     }
-    for (int i = 0; i < nwords; i++)
+    (void)nwords; /* the row's stride: the words after parse are the rank's own */
+    for (int i = 0; i < parse; i++)
         for (int r = 1; r < nranks; r++)
             if (all[(size_t)r * (size_t)nwords + (size_t)i] != all[i]) {
                 *bad_word = i;
                 return DGC_CHECK_FAILED;
             }
     return DGC_CHECK_PASSED;
+}
+
+/* The rank's place in its node (ranks before it with its id) and the node's
+ * first rank. */
+static int local_of(const uint64_t *ids, int stride, int rank, int *first) {
+    int local = 0;
+    *first = rank;
+    for (int r = rank - 1; r >= 0; r--)
+        if (ids[(size_t)r * (size_t)stride] == ids[(size_t)rank * (size_t)stride]) {
+            local++;
+            *first = r;
+        }
+    return local;
+}
+
+const char *dgc_nccl_layout_of(const uint64_t *ids, int nranks, int stride, int rank, dgc_layout *out,
+                               int *node_index) {
+    *out = (dgc_layout){.node = 0, .nodes = nranks, .node_size = 1, .local = 0};
+    *node_index = rank;
+    int nodes = 0, size = -1, first;
+    for (int r = 0; r < nranks; r++) { /* each node counted at its first rank, sized there */
+        if (local_of(ids, stride, r, &first) != 0) continue;
+        int members = 0;
+        for (int q = r; q < nranks; q++) members += ids[(size_t)q * (size_t)stride] == ids[(size_t)r * (size_t)stride];
+        if (size >= 0 && members != size) return "its nodes have different numbers of ranks";
+        size = members;
+        nodes++;
+    }
+    if (size < 2) return "one rank per node";
+    if (nodes < 2) return "all its ranks are on one node";
+    const int local = local_of(ids, stride, rank, &first);
+    int index = 0;
+    for (int r = 0; r < first; r++) index += local_of(ids, stride, r, &(int){0}) == 0;
+    *out = (dgc_layout){.node = 1, .nodes = nodes, .node_size = size, .local = local};
+    *node_index = index;
+    return NULL;
 }
 
 int dgc_nccl_move_due(uint64_t refused_k, uint64_t refused_call, uint64_t want_k, uint64_t calls) {

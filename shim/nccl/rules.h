@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "core/registry.h"
+#include "dgcshim/policy.h"
 
 /* What routes one ncclAllReduce call. Every field but capturing is known
  * without a CUDA call; all are the same on every rank for the same call. */
@@ -74,11 +75,23 @@ int dgc_nccl_votes(int part, uint64_t step, int nranks);
 int dgc_nccl_vote_dense(const unsigned char *votes, int nranks);
 
 /* The configuration check's verdict from every rank's words (nranks rows
- * of nwords; the word at parse says the rank could not parse its
- * environment): DGC_CHECK_PASSED, or DGC_CHECK_FAILED with *bad_rank the
- * first rank that could not parse (else -1) and *bad_word the first word
- * that differs from rank 0's (else -1). */
+ * of nwords: the words before parse must be equal on every rank; the word
+ * at parse says the rank could not parse its environment; the words after
+ * it are facts of the rank's own, such as its node, never compared):
+ * DGC_CHECK_PASSED, or DGC_CHECK_FAILED with *bad_rank the first rank that
+ * could not parse (else -1) and *bad_word the first word that differs from
+ * rank 0's (else -1). */
 int dgc_nccl_verdict(const uint64_t *all, int nranks, int nwords, int parse, int *bad_rank, int *bad_word);
+
+/* The node layout of a communicator from every rank's node identity
+ * (ids[r * stride], the same on every rank), by the MPI path's rule: 2 or
+ * more nodes of an equal L >= 2 ranks. Nodes are ordered by their lowest
+ * rank; local ranks by rank within the node. Fills *out for this rank
+ * (rank) and *node_index (its node's place in that order: the cross
+ * communicator's key), and returns NULL; or returns why the communicator
+ * stays flat (*out flat: node 0, nodes nranks, node_size 1). */
+const char *dgc_nccl_layout_of(const uint64_t *ids, int nranks, int stride, int rank, dgc_layout *out,
+                               int *node_index);
 
 /* Calls of a communicator after a refused move of a GPU state into a
  * smaller block before the next try (dgc_nccl_move_due). */

@@ -238,6 +238,60 @@ Test(nccl_verdict, the_gathered_words_pass_only_when_every_rank_agrees) {
     cr_expect_eq(dgc_nccl_verdict(all, 1, W, PARSE, &rank, &word), DGC_CHECK_PASSED, "one rank agrees with itself");
 }
 
+/* The words after the parse flag are each rank's own (its node): never
+ * compared. */
+Test(nccl_verdict, a_ranks_own_words_are_not_compared) {
+    enum { W = 3, PARSE = 1 };
+    uint64_t all[2 * W] = {7, 0, 100, 7, 0, 200};
+    int rank, word;
+    cr_expect_eq(dgc_nccl_verdict(all, 2, W, PARSE, &rank, &word), DGC_CHECK_PASSED);
+    all[W] = 8;
+    cr_expect_eq(dgc_nccl_verdict(all, 2, W, PARSE, &rank, &word), DGC_CHECK_FAILED);
+    cr_expect_eq(word, 0);
+}
+
+/* The node layout, by the MPI path's rule (docs/nccl.md, "Node layout"):
+ * nodes in the order of their lowest rank, local ranks in rank order,
+ * whether or not a node's ranks are consecutive. */
+static const char *layout_of(const uint64_t *ids, int n, int rank, dgc_layout *l, int *index) {
+    return dgc_nccl_layout_of(ids, n, 1, rank, l, index);
+}
+
+Test(nccl_layout, two_equal_nodes_in_rank_order_or_interleaved) {
+    const uint64_t blocks[4] = {5, 5, 9, 9}, mixed[6] = {9, 5, 9, 3, 5, 3};
+    dgc_layout l;
+    int index;
+    cr_expect_null(layout_of(blocks, 4, 2, &l, &index));
+    cr_expect(l.node && l.nodes == 2 && l.node_size == 2 && l.local == 0 && index == 1);
+    cr_expect_null(layout_of(blocks, 4, 1, &l, &index));
+    cr_expect(l.local == 1 && index == 0);
+    /* nodes 9 (ranks 0, 2), 5 (1, 4), 3 (3, 5): rank 4 is node 1's second */
+    cr_expect_null(layout_of(mixed, 6, 4, &l, &index));
+    cr_expect(l.nodes == 3 && l.node_size == 2 && l.local == 1 && index == 1);
+    cr_expect_null(layout_of(mixed, 6, 3, &l, &index));
+    cr_expect(l.local == 0 && index == 2);
+}
+
+Test(nccl_layout, stays_flat_with_the_reason) {
+    const uint64_t one[4] = {1, 1, 1, 1}, each[3] = {1, 2, 3}, uneven[5] = {1, 1, 1, 2, 2};
+    dgc_layout l;
+    int index;
+    cr_expect_str_eq(layout_of(one, 4, 3, &l, &index), "all its ranks are on one node");
+    cr_expect(!l.node && l.nodes == 4 && l.node_size == 1 && index == 3);
+    cr_expect_str_eq(layout_of(each, 3, 0, &l, &index), "one rank per node");
+    cr_expect_str_eq(layout_of(uneven, 5, 4, &l, &index), "its nodes have different numbers of ranks");
+    cr_expect_str_eq(layout_of(one, 1, 0, &l, &index), "one rank per node");
+}
+
+/* The stride skips the other words of the check's rows. */
+Test(nccl_layout, reads_ids_at_the_stride) {
+    const uint64_t rows[4 * 3] = {0, 0, 7, 1, 1, 7, 0, 0, 8, 1, 1, 8};
+    dgc_layout l;
+    int index;
+    cr_expect_null(dgc_nccl_layout_of(rows + 2, 4, 3, 3, &l, &index));
+    cr_expect(l.nodes == 2 && l.node_size == 2 && l.local == 1 && index == 1);
+}
+
 /* DGC_TRANSPORT=reduce is the MPI path's: the NCCL path plans as auto. */
 /* docs/nccl.md, "GPU memory": a move device memory refused is not tried on
  * every call; it is tried for a later warm-up stage's smaller k, or after
