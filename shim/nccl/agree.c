@@ -22,14 +22,17 @@
 #include "core/log.h"
 #include "internal.h"
 
-enum { WORD_PARSE = DGC_OPT_COUNT, NWORDS };
+/* The options' words are compared; the parse flag names a rank that could
+ * not parse; the node word is the rank's own (the layout, children.c). */
+enum { WORD_PARSE = DGC_OPT_COUNT, WORD_NODE, NWORDS };
 #define WORDS_BYTES (NWORDS * sizeof(uint64_t))
 _Static_assert(sizeof(((dgc_nccl_check *)0)->words) == WORDS_BYTES, "the check's words");
 
-static void own_words(const dgc_config *cfg, uint64_t *w) {
+static void own_words(const dgc_config *cfg, dgc_comm *c, uint64_t *w) {
     for (int i = 0; i < DGC_OPT_COUNT; i++)
         w[i] = dgc_option_is_collective((dgc_option)i) ? dgc_option_hash(cfg, (dgc_option)i) : 0;
     w[WORD_PARSE] = dgc_registry_flag(DGC_FLAG_NCCL_PARSE_FAILED) ? 1 : 0;
+    w[WORD_NODE] = dgc_nccl_node_id(cfg, dgc_nccl_ext(c)->rank);
 }
 
 /* The check's buffers go back in stream order: after a wait that ended
@@ -49,7 +52,7 @@ void dgc_nccl_check_issue(const dgc_nccl_api *api, dgc_nccl_check *k, const dgc_
     k->host_pinned = 0;
     k->issued = 0;
     k->rc = ncclSuccess;
-    own_words(cfg, k->words);
+    own_words(cfg, k->c, k->words);
     if (k->c->nranks == 1) return; /* nothing to agree with */
     if (dgc_nccl_ending(k->c)) {
         k->rc = ncclInternalError;
@@ -105,6 +108,7 @@ ncclResult_t dgc_nccl_check_finish(const dgc_nccl_api *api, dgc_nccl_check *k, c
     int nranks = k->c->nranks;
     if (nranks == 1) {
         k->c->check = verdict(cfg, k->words, 1);
+        dgc_nccl_layout_note(dgc_nccl_ext(k->c), k->words + WORD_NODE, NWORDS);
         return k->c->check == DGC_CHECK_PASSED ? ncclSuccess : ncclInvalidUsage;
     }
     if (!k->issued) { /* the check stays pending: tried again at the next call */
@@ -130,6 +134,7 @@ ncclResult_t dgc_nccl_check_finish(const dgc_nccl_api *api, dgc_nccl_check *k, c
     if (rc == ncclSuccess) {
         k->c->check = verdict(cfg, all, nranks);
         if (k->c->check == DGC_CHECK_FAILED) rc = ncclInvalidUsage;
+        else dgc_nccl_layout_note(dgc_nccl_ext(k->c), all + WORD_NODE, NWORDS);
     }
     release(k);
     return rc;
@@ -142,7 +147,7 @@ ncclResult_t dgc_nccl_check_run(const dgc_nccl_api *api, dgc_nccl_check *k, int 
         if (dgc_device_switch(dgc_nccl_ext(k[i].c)->device) == 0) {
             dgc_nccl_check_issue(api, &k[i], cfg);
         } else {
-            own_words(cfg, k[i].words);
+            own_words(cfg, k[i].c, k[i].words);
             k[i].dev = NULL;
             k[i].host = NULL;
             k[i].issued = 0;
@@ -163,6 +168,7 @@ ncclResult_t dgc_nccl_check_run(const dgc_nccl_api *api, dgc_nccl_check *k, int 
         if (dgc_device_switch(dgc_nccl_ext(k[i].c)->device) == 0) rc = dgc_nccl_check_finish(api, &k[i], cfg);
         if (first == ncclSuccess) first = rc;
     }
+    dgc_nccl_children_make(api, k, n, cfg);
     return first;
 }
 

@@ -18,12 +18,15 @@
 #include "core/log.h"
 #include "internal.h"
 
-/* Unbinds comm's record, forgetting what an open group holds for it; its
- * id (0: none) and device. */
-static uint64_t detach(ncclComm_t comm, int *device) {
+/* Unbinds comm's record, forgetting what an open group holds for it, and
+ * ends its node layout's children (nccl/children.c: aborted when the parent
+ * is, so that a call waiting on one returns; else destroyed before it);
+ * its id (0: none) and device. */
+static uint64_t detach(const dgc_nccl_api *api, ncclComm_t comm, int abort, int *device) {
     dgc_comm *c = dgc_registry_comm_by_handle(comm); /* a destroy or abort: the program holds the handle */
     if (!c) return 0;
     *device = dgc_nccl_ext(c)->device;
+    dgc_nccl_children_end(api, dgc_nccl_ext(c), abort);
     int dropped = dgc_nccl_group_forget(c);
     if (dropped)
         DGC_WARN("an NCCL communicator was destroyed or aborted inside the group that held %d of its compressed "
@@ -70,7 +73,7 @@ DGC_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     const dgc_nccl_api *api = dgc_nccl_enter(comm);
     if (!api) return ncclSystemError;
     int device = 0;
-    uint64_t id = detach(comm, &device);
+    uint64_t id = detach(api, comm, 0, &device);
     close_record(id, device);
     return api->comm_destroy(comm);
 }
@@ -79,7 +82,7 @@ DGC_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
     const dgc_nccl_api *api = dgc_nccl_enter(comm);
     if (!api) return ncclSystemError;
     int device = 0;
-    uint64_t id = detach(comm, &device);
+    uint64_t id = detach(api, comm, 1, &device);
     ncclResult_t rc = api->comm_abort(comm);
     close_record(id, device);
     return rc;

@@ -117,6 +117,12 @@ typedef struct {
     size_t auto_budget;       /* DGC_MAX_STATE_MB=auto: device memory / DGC_NCCL_AUTO_BUDGET_PART (0: none) */
     uint64_t retired;         /* states retired because a new buffer overlapped them */
     int retire_warned;
+    /* The node layout (nccl/children.c), from the configuration check. */
+    dgc_layout layout;        /* flat until a check passed on a communicator of 2+ equal nodes of 2+ ranks */
+    int node_index;           /* this rank's node in the nodes' order: the cross communicator's key */
+    const char *flat_why;     /* why the layout is flat (NULL: node layout) */
+    ncclComm_t node_comm;     /* the children, NULL until made (DGC_TOPOLOGY=node): the node's ranks, */
+    ncclComm_t cross_comm;    /* and this local rank's across the nodes; ended with the parent */
 } dgc_nccl_comm;
 
 /* DGC_MAX_STATE_MB=auto's share of the device's memory: 1 / this. */
@@ -267,7 +273,8 @@ typedef struct {
     int dev_pooled;       /* dev came from the memory pool (dgc_nccl_dev_alloc) */
     void *host;           /* host buffer laid out as dev (dgc_nccl_host_get: pinned, so no copy blocks) */
     int host_pinned;
-    uint64_t words[DGC_OPT_COUNT + 1]; /* this rank's words: the collective options' hashes, the parse flag */
+    uint64_t words[DGC_OPT_COUNT + 2]; /* this rank's words: the collective options' hashes, the parse flag,
+                                        * its node (dgc_nccl_node_id) */
     int issued;           /* the all-gather was issued */
     ncclResult_t rc;
 } dgc_nccl_check;
@@ -284,6 +291,25 @@ ncclResult_t dgc_nccl_check_finish(const dgc_nccl_api *api, dgc_nccl_check *k, c
 /* Runs n checks in one group (one without the group). Returns the first
  * non-success result. */
 ncclResult_t dgc_nccl_check_run(const dgc_nccl_api *api, dgc_nccl_check *k, int n, const dgc_config *cfg);
+
+/* ---- the node layout (nccl/children.c) ---- */
+
+/* This rank's node, for the check's words: rank / DGC_NODE_SIZE when set,
+ * else a hash of NCCL_HOSTID, or of the host name and boot id. */
+uint64_t dgc_nccl_node_id(const dgc_config *cfg, int rank);
+
+/* The layout from every rank's node id (ids[r * stride]), after a passing
+ * check. */
+void dgc_nccl_layout_note(dgc_nccl_comm *x, const uint64_t *ids, int stride);
+
+/* Right after the checks of n communicators (dgc_nccl_check_run): makes
+ * the node and cross communicators of those that passed, have node layout
+ * and DGC_TOPOLOGY=node, or says why they stay flat. A collective on each
+ * (two ncclCommSplit, one all-gather over the parent) with a host wait. */
+void dgc_nccl_children_make(const dgc_nccl_api *api, dgc_nccl_check *k, int n, const dgc_config *cfg);
+
+/* Ends a record's children (destroyed, or aborted: abort 1), once. */
+void dgc_nccl_children_end(const dgc_nccl_api *api, dgc_nccl_comm *x, int abort);
 
 /* ---- buffer states (nccl/state.c) ---- */
 

@@ -6,6 +6,7 @@ set(DGC_NCCL_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/agree.c
   ${CMAKE_CURRENT_LIST_DIR}/allreduce.c
   ${CMAKE_CURRENT_LIST_DIR}/call.c
+  ${CMAKE_CURRENT_LIST_DIR}/children.c
   ${CMAKE_CURRENT_LIST_DIR}/comm.c
   ${CMAKE_CURRENT_LIST_DIR}/destroy.c
   ${CMAKE_CURRENT_LIST_DIR}/device.c

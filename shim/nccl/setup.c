@@ -69,9 +69,6 @@ void dgc_nccl_banner(const dgc_nccl_api *api, int nranks) {
     const dgc_config *cfg = dgc_config_current();
     if (cfg->log_level < DGC_LOG_WARN || (cfg->log_level == DGC_LOG_WARN && dgc_config_rank() != 0)) return;
     if (!dgc_registry_claim(DGC_FLAG_NCCL_BANNER)) return;
-    /* Asked for by name, the node layout must not be silently absent. */
-    if (cfg->topology == DGC_TOPOLOGY_NODE)
-        DGC_WARN("DGC_TOPOLOGY=node applies to the MPI path only: NCCL communicators stay flat (docs/topology.md)");
     char version[48], line[4096]; /* two paths of up to DGC_TEXT_MAX among the values */
     version_text(api->version, version, sizeof version);
     if (cfg->log_level >= DGC_LOG_INFO) {

@@ -1,0 +1,184 @@
+/* The node layout on the NCCL path: each rank's node, the layout found at
+ * the configuration check, and the node and cross communicators.
+ *
+ * The layout follows the MPI path's (shim/mpi/node.c): M nodes of L ranks
+ * each; node holds the L ranks of one node, by rank; cross the M ranks of
+ * one local rank, one per node, nodes in the order of their lowest rank
+ * (rules.c, dgc_nccl_layout_of). It is found from a word every rank adds to
+ * the configuration check's all-gather (agree.c): its node, from
+ * DGC_NODE_SIZE (L consecutive ranks), else a hash of NCCL_HOSTID or of the
+ * host's name and boot id, as NCCL tells its own hosts apart. So every rank
+ * holds the same layout, and finding it costs no collective of its own.
+ *
+ * The two communicators are NCCL children of the program's (ncclCommSplit,
+ * NCCL 2.18 and later, called on the real NCCL: the program never sees
+ * them), made right after a passing check: where NCCL made the
+ * communicator, or at its first candidate call outside any group and
+ * capture (a non-blocking one, or one made by a constructor the shim does
+ * not interpose). Every rank splits there, whatever its memory, since the
+ * split is collective; a byte all-gathered over the parent then says
+ * whether every rank got both children, and if one did not, every rank
+ * aborts what it got and the communicator stays flat, said once. They end
+ * with their parent (nccl/destroy.c: destroyed with it, or aborted first
+ * when it is aborted, from any thread).
+ *
+ * What is built so far: the layout, the children, their end. The calls
+ * still exchange flat over the parent; the per-call node transport (the
+ * node's exact sum, the shard's compression across nodes, the node's
+ * all-gather) is not built yet (docs/nccl.md, "Node layout"). So the
+ * children are made only where DGC_TOPOLOGY=node asks for them, and the
+ * line says the calls are flat. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "internal.h"
+
+/* FNV-1a, 64 bits, continued from h. */
+static uint64_t fnv(uint64_t h, const char *s, size_t len) {
+    for (size_t i = 0; i < len; i++) {
+        h ^= (unsigned char)s[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+/* The host's boot id (a machine's identity that a container shares with
+ * its host's other containers only when they share its kernel: the same
+ * rule as NCCL's). Empty when it cannot be read. */
+static size_t boot_id(char *buf, size_t len) {
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (!f) return 0;
+    size_t got = fread(buf, 1, len - 1, f);
+    fclose(f);
+    while (got && (buf[got - 1] == '\n' || buf[got - 1] == ' ')) got--;
+    buf[got] = '\0';
+    return got;
+}
+
+uint64_t dgc_nccl_node_id(const dgc_config *cfg, int rank) {
+    if (cfg->node_size) return (uint64_t)rank / cfg->node_size;
+    uint64_t h = 14695981039346656037ull;
+    const char *hostid = getenv("NCCL_HOSTID");
+    if (hostid && *hostid) return fnv(h, hostid, strlen(hostid));
+    char name[256] = "", boot[64] = "";
+    if (gethostname(name, sizeof name - 1) != 0) name[0] = '\0';
+    h = fnv(h, name, strlen(name));
+    return fnv(h, boot, boot_id(boot, sizeof boot));
+}
+
+void dgc_nccl_layout_note(dgc_nccl_comm *x, const uint64_t *ids, int stride) {
+    x->flat_why = dgc_nccl_layout_of(ids, x->nranks, stride, x->rank, &x->layout, &x->node_index);
+}
+
+/* Why the communicator stays flat, on rank 0: a warning where
+ * DGC_TOPOLOGY=node asked for the node layout, else at debug level. */
+static void say_flat(const dgc_nccl_comm *x, const dgc_config *cfg, const char *why) {
+    if (x->rank != 0) return;
+    if (cfg->topology == DGC_TOPOLOGY_NODE)
+        DGC_WARN("DGC_TOPOLOGY=node: an NCCL communicator of %d ranks stays flat: %s", x->nranks, why);
+    else
+        DGC_DEBUG("an NCCL communicator of %d ranks is flat: %s", x->nranks, why);
+}
+
+/* One child: ncclCommSplit of the parent, settled when the parent is
+ * non-blocking (the child inherits its config). NULL when it failed. */
+static ncclComm_t split(const dgc_nccl_api *api, dgc_comm *c, ncclComm_t parent, int color, int key) {
+    ncclComm_t child = NULL;
+    ncclResult_t rc = api->comm_split(parent, color, key, &child, NULL);
+    if (rc == ncclInProgress && child) rc = dgc_nccl_settle(api, c, child, rc);
+    if (rc == ncclSuccess && child) return child;
+    if (child) api->comm_abort(child);
+    DGC_DEBUG("ncclCommSplit (color %d, key %d) failed: %d", color, key, (int)rc);
+    return NULL;
+}
+
+/* Every rank's byte (1: it has both children) over the parent, on stream;
+ * the smallest in *all. The same buffers and waits as the check's. */
+static ncclResult_t agree_all(const dgc_nccl_api *api, dgc_comm *c, ncclComm_t comm, cudaStream_t stream, int mine,
+                              int *all) {
+    const int n = c->nranks;
+    const size_t bytes = 1 + (size_t)n;
+    int pinned = 0, pooled = 0;
+    void *dev = NULL;
+    unsigned char *host = dgc_nccl_host_get(bytes, &pinned);
+    cudaError_t e = host ? dgc_nccl_dev_alloc(&dev, bytes, stream, &pooled) : cudaErrorMemoryAllocation;
+    ncclResult_t rc = ncclSystemError;
+    if (e == cudaSuccess) {
+        host[0] = (unsigned char)mine;
+        e = cudaMemcpyAsync(dev, host, 1, cudaMemcpyHostToDevice, stream);
+    }
+    if (e == cudaSuccess) {
+        rc = dgc_nccl_settle(api, c, comm, api->all_gather(dev, (char *)dev + 1, 1, ncclUint8, comm, stream));
+        if (rc == ncclSuccess &&
+            cudaMemcpyAsync(host + 1, (char *)dev + 1, (size_t)n, cudaMemcpyDeviceToHost, stream) != cudaSuccess)
+            rc = ncclUnhandledCudaError;
+        if (rc == ncclSuccess) rc = dgc_nccl_wait(api, c, comm, stream);
+    }
+    (void)cudaGetLastError();
+    *all = 1;
+    for (int r = 0; rc == ncclSuccess && r < n; r++) *all &= host[1 + r] != 0;
+    if (dev) dgc_nccl_dev_free(dev, pooled, stream);
+    if (host) dgc_nccl_host_put(host, bytes, pinned, stream);
+    return rc;
+}
+
+/* Both children of one checked communicator, or none. */
+static void make_pair(const dgc_nccl_api *api, dgc_nccl_check *k, const dgc_config *cfg) {
+    dgc_nccl_comm *x = dgc_nccl_ext(k->c);
+    ncclComm_t node = split(api, k->c, k->comm, x->node_index, x->rank);
+    ncclComm_t cross = split(api, k->c, k->comm, x->layout.local, x->node_index);
+    int all = 0;
+    const ncclResult_t rc = agree_all(api, k->c, k->comm, k->stream, node && cross, &all);
+    if (rc != ncclSuccess || !all) {
+        if (node) api->comm_abort(node);
+        if (cross) api->comm_abort(cross);
+        say_flat(x, cfg, rc != ncclSuccess ? "the agreement on its node and cross communicators failed"
+                                           : "a rank's ncclCommSplit failed");
+        return;
+    }
+    x->node_comm = node;
+    x->cross_comm = cross;
+    if (x->rank == 0)
+        DGC_WARN("DGC_TOPOLOGY=node: an NCCL communicator of %d ranks has node layout, %d nodes of %d ranks (%s): "
+                 "its node and cross communicators are made, but its calls still exchange flat (the NCCL path's "
+                 "node transport is not built yet)",
+                 x->nranks, x->layout.nodes, x->layout.node_size, cfg->node_size ? "DGC_NODE_SIZE" : "host names");
+}
+
+void dgc_nccl_children_make(const dgc_nccl_api *api, dgc_nccl_check *k, int n, const dgc_config *cfg) {
+    for (int i = 0; i < n; i++) {
+        if (k[i].c->check != DGC_CHECK_PASSED || !cfg->enable || cfg->topology == DGC_TOPOLOGY_FLAT) continue;
+        dgc_nccl_comm *x = dgc_nccl_ext(k[i].c);
+        if (x->node_comm || x->cross_comm) continue; /* made already (a check is run once) */
+        const char *why = x->flat_why;
+        if (!why && cfg->topology != DGC_TOPOLOGY_NODE)
+            why = "DGC_TOPOLOGY=auto keeps the NCCL path flat until its node transport is built";
+        else if (!why && n > 1)
+            why = "it was made with other communicators by one thread (ncclCommInitAll, or a group)";
+        else if (!why && !api->comm_split)
+            why = "this NCCL has no ncclCommSplit (2.18 and later)";
+        if (why) {
+            say_flat(x, cfg, why);
+            continue;
+        }
+        if (dgc_device_switch(x->device) == 0) make_pair(api, &k[i], cfg);
+    }
+}
+
+/* Takes a child out of the record first, so that whatever runs next sees
+ * none, then ends it. */
+static void end_one(const dgc_nccl_api *api, ncclComm_t *slot, int abort) {
+    ncclComm_t child = __atomic_exchange_n(slot, NULL, __ATOMIC_ACQ_REL);
+    if (!child) return;
+    const ncclResult_t rc = abort ? api->comm_abort(child) : api->comm_destroy(child);
+    if (rc != ncclSuccess) DGC_DEBUG("a node layout's %s of a child communicator said %d", abort ? "abort" : "destroy",
+                                     (int)rc);
+}
+
+void dgc_nccl_children_end(const dgc_nccl_api *api, dgc_nccl_comm *x, int abort) {
+    end_one(api, &x->node_comm, abort);
+    end_one(api, &x->cross_comm, abort);
+}
