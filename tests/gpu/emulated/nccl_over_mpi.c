@@ -34,7 +34,11 @@
  *   NCCL_OVER_MPI_SPLIT_FAIL (parent ranks, comma-separated, or "all")
  *   makes those ranks' splits fail with ncclSystemError after the collective
  *   part, so that the other ranks' splits still complete, as when one
- *   rank's NCCL fails to set its child up.
+ *   rank's NCCL fails to set its child up;
+ * - NCCL_OVER_MPI_REPORT_LIVE=1 prints, at exit, how many communicators
+ *   (made, or split off by anyone, the shim included) were neither
+ *   destroyed nor aborted: the shim's tests see that its internal
+ *   children end with their parent.
  * Entry points are pnccl* with nccl* as weak aliases, as NCCL exports them,
  * so that the shim finds this object as it finds the real one. */
 #include <mpi.h>
@@ -57,12 +61,40 @@ struct ncclComm {
     MPI_Comm mpi;
     int rank, nranks, device, blocking;
     volatile int aborted;
+    int ended; /* destroyed or aborted: no longer live */
     ncclResult_t async; /* what ncclCommGetAsyncError answers */
 };
 
 /* ---- the lock over MPI, and waits that an abort ends ---- */
 
 static pthread_mutex_t mpi_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Communicators made and not yet destroyed or aborted
+ * (NCCL_OVER_MPI_REPORT_LIVE), and the world rank that reports them. */
+static int live, world_rank = -1;
+
+static void made_one(void) {
+    __atomic_add_fetch(&live, 1, __ATOMIC_RELAXED);
+    if (world_rank < 0) {
+        pthread_mutex_lock(&mpi_lock);
+        PMPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+        pthread_mutex_unlock(&mpi_lock);
+    }
+}
+
+static void ended_one(ncclComm_t comm) {
+    if (!__atomic_exchange_n(&comm->ended, 1, __ATOMIC_ACQ_REL)) __atomic_sub_fetch(&live, 1, __ATOMIC_RELAXED);
+}
+
+/* The count itself, for the stand-in's own check (stand_in_check.c). */
+EXPORT int nccl_over_mpi_live(void) { return __atomic_load_n(&live, __ATOMIC_RELAXED); }
+
+__attribute__((destructor)) static void report_live(void) {
+    const char *v = getenv("NCCL_OVER_MPI_REPORT_LIVE");
+    if (!v || strcmp(v, "1") || world_rank < 0) return;
+    fprintf(stderr, "nccl_over_mpi: rank %d: %d communicator(s) neither destroyed nor aborted at exit\n", world_rank,
+            __atomic_load_n(&live, __ATOMIC_RELAXED));
+}
 
 static ncclResult_t wait_request(ncclComm_t comm, MPI_Request *req) {
     for (;;) {
@@ -487,6 +519,7 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
         return rc;
     }
     *out = c;
+    made_one();
     return blocking ? ncclSuccess : ncclInProgress;
 }
 
@@ -557,6 +590,7 @@ EXPORT ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm
     c->device = comm->device;
     c->blocking = blocking;
     *newcomm = c;
+    made_one();
     return blocking ? ncclSuccess : ncclInProgress;
 }
 
@@ -567,6 +601,7 @@ EXPORT ncclResult_t pncclCommFinalize(ncclComm_t comm) {
 
 EXPORT ncclResult_t pncclCommDestroy(ncclComm_t comm) {
     if (!comm) return ncclInvalidArgument;
+    ended_one(comm);
     release(comm);
     return ncclSuccess;
 }
@@ -577,6 +612,7 @@ EXPORT ncclResult_t pncclCommAbort(ncclComm_t comm) {
     if (!comm) return ncclInvalidArgument;
     comm->aborted = 1;
     comm->async = ncclRemoteError;
+    ended_one(comm);
     return ncclSuccess;
 }
 

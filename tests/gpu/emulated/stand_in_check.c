@@ -442,7 +442,20 @@ int main(int argc, char **argv) {
     check_groups(comm, s);
     check_nonblocking(s);
     check_split(comm, s);
+    /* Every communicator made here is ended now but comm: the count that
+     * NCCL_OVER_MPI_REPORT_LIVE prints at exit follows makes, splits,
+     * destroys and aborts. */
+    int (*live)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "nccl_over_mpi_live");
+    if (!live) fail("the stand-in must export nccl_over_mpi_live");
+    if (live() != 1) fail("%d communicators live before the last destroy, want 1 (comm)", live());
+    ncclComm_t extra = make_comm(1), child = NULL;
+    NCCL_OK(ncclCommSplit(extra, 0, rank, &child, NULL));
+    if (live() != 3) fail("%d communicators live after a make and a split, want 3", live());
+    NCCL_OK(ncclCommAbort(child));
+    NCCL_OK(ncclCommAbort(child)); /* a second abort ends nothing more */
+    NCCL_OK(ncclCommDestroy(extra));
     NCCL_OK(ncclCommDestroy(comm));
+    if (live() != 0) fail("%d communicators live after every one was ended", live());
     MPI_Barrier(MPI_COMM_WORLD);
     printf("PASS emulated.stand_ins rank %d of %d\n", rank, nranks);
     PMPI_Finalize();

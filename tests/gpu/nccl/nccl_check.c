@@ -1602,6 +1602,29 @@ static void case_nonblocking_late(void) {
     NCCL_OK(ncclCommDestroy(comm));
 }
 
+/* A communicator aborted after a call: with DGC_TOPOLOGY=node, the shim's
+ * node and cross children are aborted with it (on the emulated device the
+ * stand-in counts what is left at exit: NCCL_OVER_MPI_REPORT_LIVE). */
+static void case_node_abort(void) {
+    ncclComm_t comm = make_comm(1);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    const long n = 30000;
+    const size_t bytes = (size_t)n * sizeof(float);
+    float *g = malloc(bytes), *out = malloc(bytes), *want = malloc(bytes);
+    if (!g || !out || !want) fail("no host memory");
+    float *x = dev_alloc(bytes);
+    dgc_ref R = ref_new(n, 0.99);
+    fill(g, rank, 800, 0, n);
+    upload(x, g, bytes);
+    NCCL_OK(ncclAllReduce(x, x, (size_t)n, ncclFloat32, ncclSum, comm, s));
+    download(out, x, bytes, s);
+    ref_step(&R, 800, 0, 1, want);
+    expect_equal(out, want, n, "before the abort");
+    NCCL_OK(ncclCommAbort(comm));
+    CUDA_OK(cudaFree(x));
+}
+
 /* ---- the table ---- */
 
 typedef struct {
@@ -1614,6 +1637,9 @@ typedef struct {
 #define EXACT "DGC_SPARSITY=0", "DGC_SAMPLE_RATIO=1", "DGC_MIN_ELEMENTS=1024", "DGC_VALUE_BITS=32"
 #define SPARSE "DGC_SPARSITY=0.99", "DGC_SAMPLE_RATIO=1", "DGC_MIN_ELEMENTS=1024"
 #define DENSE "DGC_TRANSPORT=dense"
+/* The node layout on 4 ranks as 2 x 2 (issue 47); the stand-in's count of
+ * communicators left at exit (ignored by NCCL). */
+#define NODE2 "DGC_TOPOLOGY=node", "DGC_NODE_SIZE=2", "NCCL_OVER_MPI_REPORT_LIVE=1"
 
 static const test_case cases[] = {
     {"one_rank_exact", case_exact, {EXACT, "DGC_MIN_RANKS=1", "DGC_STATS=1"}, NULL},
@@ -1633,6 +1659,13 @@ static const test_case cases[] = {
     {"bad_env", case_mismatch, {SPARSE}, "DGC_SPARSITY=1.5"},
     /* The node layout's size differs (issue 47): stopped at the check. */
     {"node_size_mismatch", case_mismatch, {SPARSE}, "DGC_NODE_SIZE=2"},
+    /* Its children: made, ended with the parent (destroyed or aborted), a
+     * failed split, a non-blocking parent, one host. The calls are flat. */
+    {"node_children", case_sparse, {SPARSE, NODE2}, NULL},
+    {"node_abort", case_node_abort, {SPARSE, NODE2}, NULL},
+    {"node_split_failed", case_sparse, {SPARSE, NODE2, "NCCL_OVER_MPI_SPLIT_FAIL=1"}, NULL},
+    {"node_nonblocking", case_nonblocking, {SPARSE, NODE2}, NULL},
+    {"node_one_host", case_sparse, {SPARSE, "DGC_TOPOLOGY=node"}, NULL},
     {"nonblocking", case_nonblocking, {SPARSE, "DGC_STATS=1"}, NULL},
     {"over_budget", case_over_budget, {SPARSE, "DGC_STATS=1", "DGC_LOG_LEVEL=info"}, "DGC_MAX_STATE_MB=1"},
     /* Density 1 at the default sample ratio, by either transport. */
