@@ -27,6 +27,9 @@
  * - a non-blocking communicator (config.blocking = 0) answers ncclInProgress
  *   from its calls, having done the work: ncclCommGetAsyncError then says
  *   ncclSuccess (NCCL allows either; the caller's polling runs);
+ * - ncclBroadcast is MPI's; ncclSend and ncclRecv are MPI_Isend and
+ *   MPI_Irecv of bytes, a group's consecutive ones all posted before any is
+ *   waited for (so its pairs match in any order, as NCCL's do);
  * - ncclCommSplit is MPI_Comm_split of the parent's MPI communicator (color
  *   NCCL_SPLIT_NOCOLOR: no child, *newcomm NULL; children ordered by key,
  *   then parent rank, as NCCL orders them); the child is blocking as the
@@ -272,7 +275,7 @@ static void last_error(const char *fmt, const char *what) {
 
 /* ---- one collective, run now ---- */
 
-typedef enum { OP_ALL_REDUCE, OP_ALL_GATHER, OP_REDUCE_SCATTER } op_kind;
+typedef enum { OP_ALL_REDUCE, OP_ALL_GATHER, OP_REDUCE_SCATTER, OP_BROADCAST, OP_SEND, OP_RECV } op_kind;
 
 typedef struct {
     op_kind kind;
@@ -283,7 +286,10 @@ typedef struct {
     ncclRedOp_t op;
     ncclComm_t comm;
     cudaStream_t stream;
+    int peer; /* the root of a broadcast, the peer of a send or receive */
 } call;
+
+static int is_p2p(const call *c) { return c->kind == OP_SEND || c->kind == OP_RECV; }
 
 static ncclResult_t cuda_ok(cudaError_t e, const char *what) {
     if (e == cudaSuccess) return ncclSuccess;
@@ -295,7 +301,9 @@ static ncclResult_t run(const call *c) {
     ncclComm_t comm = c->comm;
     if (comm->aborted) return ncclInvalidUsage;
     const size_t es = type_size(c->type), n = (size_t)comm->nranks;
-    const size_t in_elems = c->kind == OP_REDUCE_SCATTER ? c->count * n : c->count;
+    const size_t in_elems = c->kind == OP_REDUCE_SCATTER ? c->count * n
+                            : c->kind == OP_BROADCAST && comm->rank != c->peer ? 0
+                                                                                : c->count;
     const size_t out_elems = c->kind == OP_ALL_GATHER ? c->count * n : c->count;
     const size_t all = (in_elems > out_elems ? in_elems : out_elems) * es;
     char *in = malloc(in_elems * es + 1), *out = malloc(all + 1);
@@ -319,6 +327,11 @@ static ncclResult_t run(const call *c) {
         case OP_REDUCE_SCATTER:
             mrc = PMPI_Ireduce_scatter_block(in, out, (int)c->count, dt, op, comm->mpi, &req);
             break;
+        case OP_BROADCAST: /* the root's input travels in out */
+            if (comm->rank == c->peer) memcpy(out, in, c->count * es);
+            mrc = PMPI_Ibcast(out, (int)c->count, dt, c->peer, comm->mpi, &req);
+            break;
+        default: mrc = MPI_ERR_OTHER; break; /* sends and receives run in batches (run_p2p) */
         }
         pthread_mutex_unlock(&mpi_lock);
         rc = mrc == MPI_SUCCESS ? wait_request(comm, &req) : ncclSystemError;
@@ -332,6 +345,48 @@ static ncclResult_t run(const call *c) {
     return rc;
 }
 
+/* n sends and receives (consecutive in a group, or one alone): all posted,
+ * then all waited for, so that a group's pairs match in any order, as
+ * NCCL's do; between two ranks they match in the order made (MPI's order on
+ * one tag). */
+static ncclResult_t run_p2p(const call *c, size_t n) {
+    char **host = calloc(n, sizeof *host);
+    MPI_Request *req = malloc(n * sizeof *req);
+    ncclResult_t rc = host && req ? ncclSuccess : ncclSystemError;
+    for (size_t i = 0; i < n; i++) req[i] = MPI_REQUEST_NULL;
+    for (size_t i = 0; rc == ncclSuccess && i < n; i++) {
+        const size_t bytes = c[i].count * type_size(c[i].type);
+        if (c[i].comm->aborted) rc = ncclInvalidUsage;
+        else if (!(host[i] = malloc(bytes + 1))) rc = ncclSystemError;
+        else rc = cuda_ok(cudaStreamSynchronize(c[i].stream), "cudaStreamSynchronize");
+        if (rc == ncclSuccess && c[i].kind == OP_SEND && bytes)
+            rc = cuda_ok(cudaMemcpy(host[i], c[i].send, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to the host");
+        if (rc != ncclSuccess) break;
+        pthread_mutex_lock(&mpi_lock);
+        const int mrc = c[i].kind == OP_SEND ? PMPI_Isend(host[i], (int)bytes, MPI_BYTE, c[i].peer, 0, c[i].comm->mpi,
+                                                          &req[i])
+                                             : PMPI_Irecv(host[i], (int)bytes, MPI_BYTE, c[i].peer, 0, c[i].comm->mpi,
+                                                          &req[i]);
+        pthread_mutex_unlock(&mpi_lock);
+        if (mrc != MPI_SUCCESS) rc = ncclSystemError;
+    }
+    for (size_t i = 0; i < n; i++) { /* every posted one is waited for, whatever failed */
+        if (!req || req[i] == MPI_REQUEST_NULL) continue;
+        const ncclResult_t w = wait_request(c[i].comm, &req[i]);
+        if (w != ncclSuccess && rc == ncclSuccess) rc = w;
+    }
+    for (size_t i = 0; rc == ncclSuccess && i < n; i++)
+        if (c[i].kind == OP_RECV && c[i].count)
+            rc = cuda_ok(cudaMemcpy(c[i].recv, host[i], c[i].count * type_size(c[i].type), cudaMemcpyHostToDevice),
+                         "cudaMemcpy to the device");
+    for (size_t i = 0; host && i < n; i++) free(host[i]);
+    free(host);
+    free(req);
+    for (size_t i = 0; i < n && rc != ncclSuccess; i++)
+        if (c[i].comm->async == ncclSuccess) c[i].comm->async = rc;
+    return rc;
+}
+
 static ncclResult_t check(const call *c) {
     if (!c->comm) return ncclInvalidArgument;
     pthread_mutex_lock(&mpi_lock);
@@ -342,6 +397,11 @@ static ncclResult_t check(const call *c) {
         return ncclInvalidArgument;
     }
     if (c->count > (size_t)INT32_MAX / (size_t)c->comm->nranks) return ncclInvalidArgument;
+    if ((c->kind == OP_BROADCAST || is_p2p(c)) && (c->peer < 0 || c->peer >= c->comm->nranks)) {
+        last_error("%s: a root or peer out of range", "nccl_over_mpi");
+        return ncclInvalidArgument;
+    }
+    if (is_p2p(c) && c->count * type_size(c->type) > (size_t)INT32_MAX) return ncclInvalidArgument;
     return ncclSuccess;
 }
 
@@ -355,7 +415,7 @@ static ncclResult_t submit(const call *c) {
     ncclResult_t rc = check(c);
     if (rc != ncclSuccess) return rc;
     if (group_depth == 0) {
-        rc = run(c);
+        rc = is_p2p(c) ? run_p2p(c, 1) : run(c);
         return rc == ncclSuccess && !c->comm->blocking ? ncclInProgress : rc;
     }
     if (held_len == held_cap) {
@@ -379,10 +439,13 @@ EXPORT ncclResult_t pncclGroupEnd(void) {
     if (--group_depth > 0) return ncclSuccess;
     ncclResult_t rc = ncclSuccess;
     int in_progress = 0;
-    for (size_t i = 0; i < held_len; i++) {
-        const ncclResult_t r = run(&held[i]);
+    for (size_t i = 0; i < held_len;) {
+        size_t n = 1; /* a run of sends and receives goes as one batch */
+        while (is_p2p(&held[i]) && i + n < held_len && is_p2p(&held[i + n])) n++;
+        const ncclResult_t r = is_p2p(&held[i]) ? run_p2p(&held[i], n) : run(&held[i]);
         if (r != ncclSuccess && rc == ncclSuccess) rc = r;
-        in_progress |= !held[i].comm->blocking;
+        for (size_t j = i; j < i + n; j++) in_progress |= !held[j].comm->blocking;
+        i += n;
     }
     held_len = 0;
     return rc == ncclSuccess && in_progress ? ncclInProgress : rc;
@@ -399,19 +462,37 @@ EXPORT ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t *info) {
 
 EXPORT ncclResult_t pncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
                                    ncclComm_t comm, cudaStream_t stream) {
-    const call c = {OP_ALL_REDUCE, send, recv, count, type, op, comm, stream};
+    const call c = {OP_ALL_REDUCE, send, recv, count, type, op, comm, stream, 0};
     return submit(&c);
 }
 
 EXPORT ncclResult_t pncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t type, ncclComm_t comm,
                                    cudaStream_t stream) {
-    const call c = {OP_ALL_GATHER, send, recv, count, type, ncclSum, comm, stream};
+    const call c = {OP_ALL_GATHER, send, recv, count, type, ncclSum, comm, stream, 0};
     return submit(&c);
 }
 
 EXPORT ncclResult_t pncclReduceScatter(const void *send, void *recv, size_t count, ncclDataType_t type,
                                        ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-    const call c = {OP_REDUCE_SCATTER, send, recv, count, type, op, comm, stream};
+    const call c = {OP_REDUCE_SCATTER, send, recv, count, type, op, comm, stream, 0};
+    return submit(&c);
+}
+
+EXPORT ncclResult_t pncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t type, int root,
+                                   ncclComm_t comm, cudaStream_t stream) {
+    const call c = {OP_BROADCAST, send, recv, count, type, ncclSum, comm, stream, root};
+    return submit(&c);
+}
+
+EXPORT ncclResult_t pncclSend(const void *send, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                              cudaStream_t stream) {
+    const call c = {OP_SEND, send, NULL, count, type, ncclSum, comm, stream, peer};
+    return submit(&c);
+}
+
+EXPORT ncclResult_t pncclRecv(void *recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                              cudaStream_t stream) {
+    const call c = {OP_RECV, NULL, recv, count, type, ncclSum, comm, stream, peer};
     return submit(&c);
 }
 
@@ -675,6 +756,12 @@ ALIAS(ncclAllGather) ncclResult_t ncclAllGather(const void *send, void *recv, si
 ALIAS(ncclReduceScatter) ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count,
                                                         ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm,
                                                         cudaStream_t stream);
+ALIAS(ncclBroadcast) ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t type,
+                                                int root, ncclComm_t comm, cudaStream_t stream);
+ALIAS(ncclSend) ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t type, int peer,
+                                      ncclComm_t comm, cudaStream_t stream);
+ALIAS(ncclRecv) ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                                      cudaStream_t stream);
 ALIAS(ncclGetUniqueId) ncclResult_t ncclGetUniqueId(ncclUniqueId *id);
 ALIAS(ncclCommInitRank) ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank);
 ALIAS(ncclCommInitRankConfig) ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id,

@@ -11,7 +11,11 @@
  *   ordered by key whose collectives are MPI's over MPI_Comm_split's
  *   communicator, none for NCCL_SPLIT_NOCOLOR, non-blocking as the parent
  *   (or as the config says), and fails on the ranks NCCL_OVER_MPI_SPLIT_FAIL
- *   names only; entry points are pnccl* with nccl* aliases;
+ *   names only; ncclBroadcast from each root equals the root's data, in
+ *   place and not; grouped ncclSend/ncclRecv, an all-to-all of uneven
+ *   pieces posted in different orders on different ranks, deliver each
+ *   piece whole; entry points are pnccl* with nccl* aliases; the count of
+ *   communicators neither destroyed nor aborted follows every make and end;
  * - the CUDA runtime adapter (cuda_adapter.cpp): cudaGetDevice as the
  *   first call says 0; cudaStreamIsCapturing says none, then active during a
  *   capture; cudaStreamQuery reads a queued copy as done; cudaMemGetInfo's
@@ -375,6 +379,52 @@ static void check_split(ncclComm_t comm, cudaStream_t s) {
     arrays_free(&x);
 }
 
+/* ncclBroadcast from every root; an all-to-all of uneven pieces by grouped
+ * ncclSend/ncclRecv, as the shim's node sum does it (rank r sends peer p
+ * piece p of its data, p + 1 + r floats), the receives posted before the
+ * sends on odd ranks. */
+static void check_bcast_p2p(ncclComm_t comm, cudaStream_t s) {
+    const long n = 5003, piece = 64 + 8 * (long)nranks;
+    float *f = malloc(n * 4), *got = malloc(n * 4), *all = malloc((size_t)piece * (size_t)nranks * 4);
+    if (!f || !got || !all) fail("no host memory");
+    float *a = dev(n * 4), *b = dev(n * 4), *in = dev((size_t)piece * (size_t)nranks * 4),
+          *out = dev((size_t)piece * (size_t)nranks * 4);
+    for (int root = 0; root < nranks; root++)
+        for (int inplace = 0; inplace < 2; inplace++) {
+            for (long i = 0; i < n; i++) f[i] = value(rank, 40 + root, i);
+            CUDA_OK(cudaMemcpy(a, f, n * 4, cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemset(b, 0, n * 4));
+            NCCL_OK(ncclBroadcast(a, inplace ? a : b, n, ncclFloat32, root, comm, s));
+            get(got, inplace ? a : b, n * 4, s);
+            for (long i = 0; i < n; i++)
+                if (got[i] != value(root, 40 + root, i)) fail("broadcast from %d: element %ld differs", root, i);
+        }
+    for (long i = 0; i < piece * nranks; i++) all[i] = value(rank, 50, i);
+    CUDA_OK(cudaMemcpy(in, all, (size_t)piece * (size_t)nranks * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(out, 0, (size_t)piece * (size_t)nranks * 4));
+    NCCL_OK(ncclGroupStart());
+    for (int j = 0; j < 2 * nranks; j++) {
+        const int p = j % nranks, recv_first = rank % 2;
+        const long len = p + 1 + rank, from_len = rank + 1 + p; /* what p sends this rank: rank + 1 + p */
+        if ((j < nranks) == recv_first) NCCL_OK(ncclRecv(out + (size_t)p * piece, from_len, ncclFloat32, p, comm, s));
+        else NCCL_OK(ncclSend(in + (size_t)p * piece, len, ncclFloat32, p, comm, s));
+    }
+    NCCL_OK(ncclGroupEnd());
+    get(all, out, (size_t)piece * (size_t)nranks * 4, s);
+    for (int p = 0; p < nranks; p++)
+        for (long i = 0; i < piece; i++) {
+            const float want = i < rank + 1 + p ? value(p, 50, (long)rank * piece + i) : 0.0f;
+            if (all[(size_t)p * piece + i] != want) fail("the piece from rank %d: element %ld differs", p, i);
+        }
+    CUDA_OK(cudaFree(a));
+    CUDA_OK(cudaFree(b));
+    CUDA_OK(cudaFree(in));
+    CUDA_OK(cudaFree(out));
+    free(f);
+    free(got);
+    free(all);
+}
+
 /* The adapter's answers where chipStar's differ from CUDA's. */
 static void check_adapter(void) {
     int d = 7;
@@ -442,6 +492,7 @@ int main(int argc, char **argv) {
     check_groups(comm, s);
     check_nonblocking(s);
     check_split(comm, s);
+    check_bcast_p2p(comm, s);
     /* Every communicator made here is ended now but comm: the count that
      * NCCL_OVER_MPI_REPORT_LIVE prints at exit follows makes, splits,
      * destroys and aborts. */
