@@ -92,7 +92,7 @@ target_compile_options(dgc_emu_launch_hook PRIVATE -Wall -Wextra)
 dgc_cucc_objects(engine_objects ${PROJECT_SOURCE_DIR}/kernels/state.cu ${PROJECT_SOURCE_DIR}/kernels/sample_select.cu
                  ${PROJECT_SOURCE_DIR}/kernels/compress.cu ${PROJECT_SOURCE_DIR}/kernels/decode.cu
                  ${PROJECT_SOURCE_DIR}/kernels/dense.cu ${PROJECT_SOURCE_DIR}/kernels/compact.cu
-                 ${PROJECT_SOURCE_DIR}/kernels/commit.cu)
+                 ${PROJECT_SOURCE_DIR}/kernels/commit.cu ${PROJECT_SOURCE_DIR}/kernels/node.cu)
 add_library(dgcshim_cuda STATIC ${engine_objects})
 set_target_properties(dgcshim_cuda PROPERTIES LINKER_LANGUAGE CXX)
 target_include_directories(dgcshim_cuda PUBLIC ${PROJECT_SOURCE_DIR}/include)

@@ -255,6 +255,8 @@ cudaError_t preload_decode(void);
 cudaError_t preload_dense(void);
 cudaError_t preload_compact(void);
 cudaError_t preload_commit(void);
+/* node.cu: the node layout's sum. */
+cudaError_t preload_node(void);
 
 /* commit.cu: a single copy's commit, after the decode's outcome is known
  * (DEC_OK: u and v updated again, from the compression's g, and written;

@@ -211,7 +211,8 @@ cudaError_t preload_state() {
 static int preload_kernels(char *err, size_t errlen) {
     cudaError_t (*const files[])(void) = {dgc_cuda::preload_sample_select, dgc_cuda::preload_compress,
                                           dgc_cuda::preload_decode, dgc_cuda::preload_dense,
-                                          dgc_cuda::preload_compact, dgc_cuda::preload_commit, preload_state};
+                                          dgc_cuda::preload_compact, dgc_cuda::preload_commit, dgc_cuda::preload_node,
+                                          preload_state};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         const cudaError_t e = files[i]();
         if (e != cudaSuccess) return dgc_cuda::fail(err, errlen, "loading the engine's kernels", e);

@@ -311,6 +311,22 @@ int dgc_gpu_flag_only(void *payload, uint32_t flags, const dgc_step_params *p, d
 int dgc_gpu_decode_stateless(const void *gathered, size_t stride, void *out, dgc_gpu_dtype dtype,
                              const dgc_step_params *p, dgc_gpu_report *report, dgc_cuda_stream stream);
 
+/* The node layout's exact sum (the NCCL path's node transport): pieces
+ * holds L pieces of len elements of dtype back to back (device memory),
+ * piece l being local rank l's part of this rank's shard; writes sum[i] =
+ * ((p_0[i] + p_1[i]) + p_2[i]) + ... in fp32, 16-bit pieces widened first:
+ * the MPI path's node sum, bit for bit. sum may be the pieces themselves
+ * (fp32). Sets *nonfinite (device memory) to 1 when some sum is Inf or NaN,
+ * and leaves it alone otherwise. Enqueued on stream: 0, or -1 (err). */
+int dgc_gpu_node_sum(const void *pieces, dgc_gpu_dtype dtype, int L, uint64_t len, float *sum,
+                     unsigned int *nonfinite, dgc_cuda_stream stream, char *err, size_t errlen);
+
+/* After the node's ranks agreed on *flag (device memory: the largest of
+ * their dgc_gpu_node_sum flags): sets sum[0] to NaN when it is set, so
+ * that the shard's step is skipped everywhere, as a flat call with Inf or
+ * NaN is. Enqueued on stream: 0, or -1 (err). */
+int dgc_gpu_node_poison(float *sum, const unsigned int *flag, dgc_cuda_stream stream, char *err, size_t errlen);
+
 /* Steps of this state dropped for Inf/NaN (or a failed rank), as far as the
  * device has got (mapped memory: no synchronisation). */
 uint64_t dgc_gpu_state_nonfinite(const dgc_gpu_state *s);

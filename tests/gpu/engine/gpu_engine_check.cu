@@ -1706,6 +1706,73 @@ void case_clamp() {
            steps);
 }
 
+/* dgc_gpu_node_sum: the node layout's sum of L pieces in local-rank order
+ * against the host's additions in that order, bit for bit (fp32 pieces, in
+ * place too, and fp16 and bf16 pieces widened); its flag set by a
+ * non-finite sum only (an Inf in one piece), and left alone otherwise. */
+void case_node_sum() {
+    const uint64_t lens[] = {1, 1000, small_mode ? 4099ull : 300007ull};
+    int checked = 0;
+    uint64_t seed = 1200;
+    for (dgc_gpu_dtype t : {DGC_GPU_F32, DGC_GPU_F16, DGC_GPU_BF16})
+        for (int L : {1, 2, 3, 8})
+            for (uint64_t len : lens)
+                for (int poison = 0; poison < 2; poison++) {
+                    rng r(seed++);
+                    const size_t es = dsize(t), bytes = len * (uint64_t)L * es;
+                    std::vector<uint8_t> host(bytes);
+                    std::vector<float> want(len, 0.0f);
+                    for (uint64_t e = 0; e < len * (uint64_t)L; e++) {
+                        const uint32_t b = to_dtype_bits(r.grad() * 1024.0f, t);
+                        memcpy(&host[e * es], &b, es); /* little-endian: the low bytes */
+                    }
+                    const uint64_t at = len / 2;
+                    if (poison) { /* the last piece's middle element: Inf */
+                        const uint32_t inf = to_dtype_bits(INFINITY, t);
+                        memcpy(&host[((uint64_t)(L - 1) * len + at) * es], &inf, es);
+                    }
+                    for (int l = 0; l < L; l++)
+                        for (uint64_t i = 0; i < len; i++) {
+                            uint32_t b = 0;
+                            memcpy(&b, &host[((uint64_t)l * len + i) * es], es);
+                            want[i] = l == 0 ? from_dtype_bits(b, t) : want[i] + from_dtype_bits(b, t);
+                        }
+                    void *pieces = nullptr;
+                    float *sum = nullptr;
+                    unsigned int *flag = nullptr, got_flag = 7;
+                    const bool in_place = t == DGC_GPU_F32 && (seed & 1);
+                    CK(cudaMalloc(&pieces, bytes));
+                    CK(cudaMalloc(&flag, sizeof *flag));
+                    if (!in_place) CK(cudaMalloc(&sum, len * sizeof(float)));
+                    else sum = static_cast<float *>(pieces);
+                    CK(cudaMemcpy(pieces, host.data(), bytes, cudaMemcpyHostToDevice));
+                    CK(cudaMemset(flag, 0, sizeof *flag));
+                    char err[256] = "";
+                    if (dgc_gpu_node_sum(pieces, t, L, len, sum, flag, nullptr, err, sizeof err))
+                        fail("dgc_gpu_node_sum: %s", err);
+                    std::vector<float> got(len);
+                    CK(cudaDeviceSynchronize());
+                    CK(cudaMemcpy(got.data(), sum, len * sizeof(float), cudaMemcpyDeviceToHost));
+                    CK(cudaMemcpy(&got_flag, flag, sizeof got_flag, cudaMemcpyDeviceToHost));
+                    for (uint64_t i = 0; i < len; i++)
+                        if (bits_of(got[i]) != bits_of(want[i])) {
+                            fail("%s, L %d, len %llu: element %llu is %a, the host's ordered sum %a", dname(t), L,
+                                 (unsigned long long)len, (unsigned long long)i, (double)got[i], (double)want[i]);
+                            break;
+                        }
+                    if (got_flag != (unsigned)poison)
+                        fail("%s, L %d, len %llu: the non-finite flag is %u, want %d", dname(t), L,
+                             (unsigned long long)len, got_flag, poison);
+                    CK(cudaFree(pieces));
+                    CK(cudaFree(flag));
+                    if (!in_place) CK(cudaFree(sum));
+                    checked++;
+                }
+    printf("%s gpu.engine.node_sum: %d configurations (fp32, fp16, bf16; 1 to 8 pieces; in place and not; one "
+           "with an Inf, one without)\n",
+           verdict(), checked);
+}
+
 struct named_case {
     const char *name;
     void (*run)(void);
@@ -1795,6 +1862,7 @@ const named_case kCases[] = {
     {"resize", case_resize},                {"footprint", case_footprint},
     {"compact", case_compact},              {"compact_fuzz", case_compact_fuzz},
     {"sum_rules", case_sum_rules},          {"clamp", case_clamp},        {"saturation", case_saturation},
+    {"node_sum", case_node_sum},
 };
 
 } // namespace
