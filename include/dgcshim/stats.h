@@ -31,6 +31,10 @@ typedef struct {
     uint32_t nodes, node_size;
 } dgc_buffer_stats;
 
+/* A call in node layout (either path): counts it, with the estimated bytes
+ * through one node's card and the layout. */
+void dgc_stats_node_call(dgc_buffer_stats *s, uint64_t card_bytes, int nodes, int node_size);
+
 /* dense_bytes / wire_bytes, 0 when nothing was sent. */
 double dgc_stats_ratio(const dgc_buffer_stats *s);
 

@@ -16,6 +16,14 @@ double dgc_stats_last_ratio(const dgc_buffer_stats *s) {
     return (double)s->dense_bytes / (double)s->calls / (double)s->last_wire_bytes;
 }
 
+void dgc_stats_node_call(dgc_buffer_stats *s, uint64_t card_bytes, int nodes, int node_size) {
+    s->node_calls++;
+    s->card_bytes += card_bytes;
+    s->last_card_bytes = card_bytes;
+    s->nodes = (uint32_t)nodes;
+    s->node_size = (uint32_t)node_size;
+}
+
 void dgc_stats_add(dgc_buffer_stats *a, const dgc_buffer_stats *b) {
     a->calls += b->calls;
     a->nonfinite += b->nonfinite;

@@ -300,12 +300,7 @@ static int node_outcome(const dgc_mpi_node *x, int rc) {
 }
 
 static void count_node_call(dgc_buffer *b, const dgc_plan *plan) {
-    if (!b) return;
-    b->stats.node_calls++;
-    b->stats.card_bytes += plan->card_bytes;
-    b->stats.last_card_bytes = plan->card_bytes;
-    b->stats.nodes = (uint32_t)plan->layout.nodes;
-    b->stats.node_size = (uint32_t)plan->layout.node_size;
+    if (b) dgc_stats_node_call(&b->stats, plan->card_bytes, plan->layout.nodes, plan->layout.node_size);
 }
 
 /* One call in node layout: the node sums each shard exactly, this rank's

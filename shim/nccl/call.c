@@ -698,8 +698,17 @@ static void unreachable(dgc_nccl_call *k) {
     k->rc = ncclUnhandledCudaError;
 }
 
-/* One round: at most one call per communicator. */
+/* One round: at most one call per communicator. Calls in node layout run
+ * whole first (nccl/node.c: their collectives go on their communicator's
+ * children); the flat ones after them, phase by phase. */
 static void run_round(const dgc_nccl_api *api, dgc_nccl_call **v, int m, const dgc_config *cfg) {
+    int flat = 0;
+    for (int i = 0; i < m; i++) {
+        if (!dgc_nccl_node_eligible(v[i])) v[flat++] = v[i];
+        else if (dgc_device_switch(dgc_nccl_ext(v[i]->c)->device) == 0) (void)dgc_nccl_node_run(api, v[i], cfg);
+        else unreachable(v[i]);
+    }
+    m = flat;
     for (int i = 0; i < m; i++) {
         if (dgc_device_switch(dgc_nccl_ext(v[i]->c)->device) == 0) plan(v[i], cfg);
         else unreachable(v[i]);

@@ -125,26 +125,46 @@ static ncclResult_t agree_all(const dgc_nccl_api *api, dgc_comm *c, ncclComm_t c
     return rc;
 }
 
-/* Both children of one checked communicator, or none. */
+/* The cross child's record: its shards' states, its own report and
+ * votes, as any communicator's (its check is the parent's). */
+static dgc_comm *open_cross(const dgc_nccl_api *api, dgc_nccl_comm *x, ncclComm_t cross) {
+    dgc_comm *cc = cross ? dgc_nccl_comm_open(api, cross, x->device) : NULL;
+    if (cc) cc->check = DGC_CHECK_PASSED;
+    return cc;
+}
+
+/* Ends what make_pair made on this rank when not every rank made it. */
+static void abort_pair(const dgc_nccl_api *api, ncclComm_t node, ncclComm_t cross, dgc_comm *cc) {
+    if (cc) {
+        dgc_registry_comm_drop(cc);
+        dgc_registry_comm_close(dgc_registry_comm_unbind(cross));
+    }
+    if (node) api->comm_abort(node);
+    if (cross) api->comm_abort(cross);
+}
+
+/* Both children of one checked communicator and the cross record, or
+ * none. */
 static void make_pair(const dgc_nccl_api *api, dgc_nccl_check *k, const dgc_config *cfg) {
     dgc_nccl_comm *x = dgc_nccl_ext(k->c);
     ncclComm_t node = split(api, k->c, k->comm, x->node_index, x->rank);
     ncclComm_t cross = split(api, k->c, k->comm, x->layout.local, x->node_index);
+    dgc_comm *cc = node ? open_cross(api, x, cross) : NULL;
     int all = 0;
-    const ncclResult_t rc = agree_all(api, k->c, k->comm, k->stream, node && cross, &all);
+    const ncclResult_t rc = agree_all(api, k->c, k->comm, k->stream, node && cc, &all);
     if (rc != ncclSuccess || !all) {
-        if (node) api->comm_abort(node);
-        if (cross) api->comm_abort(cross);
+        abort_pair(api, node, cross, cc);
         say_flat(x, cfg, rc != ncclSuccess ? "the agreement on its node and cross communicators failed"
-                                           : "a rank's ncclCommSplit failed");
+                                           : "a rank's ncclCommSplit (or the cross record) failed");
         return;
     }
     x->node_comm = node;
     x->cross_comm = cross;
+    x->cross_id = cc->id;
+    dgc_registry_comm_drop(cc);
     if (x->rank == 0)
-        DGC_WARN("DGC_TOPOLOGY=node: an NCCL communicator of %d ranks has node layout, %d nodes of %d ranks (%s): "
-                 "its node and cross communicators are made, but its calls still exchange flat (the NCCL path's "
-                 "node transport is not built yet)",
+        DGC_INFO("an NCCL communicator of %d ranks is in node layout, %d nodes of %d ranks (%s): its fp32 sums go "
+                 "by it",
                  x->nranks, x->layout.nodes, x->layout.node_size, cfg->node_size ? "DGC_NODE_SIZE" : "host names");
 }
 
@@ -155,11 +175,12 @@ void dgc_nccl_children_make(const dgc_nccl_api *api, dgc_nccl_check *k, int n, c
         if (x->node_comm || x->cross_comm) continue; /* made already (a check is run once) */
         const char *why = x->flat_why;
         if (!why && cfg->topology != DGC_TOPOLOGY_NODE)
-            why = "DGC_TOPOLOGY=auto keeps the NCCL path flat until its node transport is built";
+            why = "DGC_TOPOLOGY=auto keeps the NCCL path flat until its node transport is complete (DGC_TOPOLOGY=node "
+                  "turns it on)";
         else if (!why && n > 1)
             why = "it was made with other communicators by one thread (ncclCommInitAll, or a group)";
-        else if (!why && !api->comm_split)
-            why = "this NCCL has no ncclCommSplit (2.18 and later)";
+        else if (!why && (!api->comm_split || !api->send || !api->recv || !api->broadcast))
+            why = "this NCCL lacks ncclCommSplit (2.18 and later), ncclSend, ncclRecv or ncclBroadcast";
         if (why) {
             say_flat(x, cfg, why);
             continue;
@@ -179,6 +200,16 @@ static void end_one(const dgc_nccl_api *api, ncclComm_t *slot, int abort) {
 }
 
 void dgc_nccl_children_end(const dgc_nccl_api *api, dgc_nccl_comm *x, int abort) {
+    /* The cross record first: its states' frees go in stream order before
+     * its communicator ends. */
+    const uint64_t id = __atomic_exchange_n(&x->cross_id, 0, __ATOMIC_ACQ_REL);
+    if (id) {
+        dgc_device_guard g;
+        const int ok = dgc_device_enter(&g, x->device) == 0;
+        (void)dgc_registry_comm_unbind(x->cross_comm);
+        dgc_registry_comm_close(id);
+        if (ok) dgc_device_leave(&g);
+    }
     end_one(api, &x->node_comm, abort);
     end_one(api, &x->cross_comm, abort);
 }

@@ -45,6 +45,7 @@ static void free_ext(void *ext) {
             DGC_DEBUG("a communicator's vote memory is left allocated: its last work cannot be waited for");
     }
     if (ok && ordered) dgc_nccl_dev_free(x->votes, x->votes_pooled, x->own);
+    if (ok && ordered) dgc_nccl_dev_free(x->node_scratch, x->node_scratch_pooled, x->own); /* NULL: nothing */
     if (ok && x->done) cudaEventDestroy(x->done);
     if (ok && x->own) cudaStreamDestroy(x->own); /* returns at once: the frees queued on it still run */
     if (ok) dgc_device_leave(&g);

@@ -19,20 +19,23 @@
 #include "internal.h"
 
 /* Unbinds comm's record, forgetting what an open group holds for it, and
- * ends its node layout's children (nccl/children.c: aborted when the parent
- * is, so that a call waiting on one returns; else destroyed before it);
- * its id (0: none) and device. */
+ * then, the record marked closing (so that a call in flight on another
+ * thread issues nothing more on them), ends its node layout's children
+ * (nccl/children.c: aborted when the parent is, so that a call waiting on
+ * one returns; else destroyed before it); its id (0: none) and device. The
+ * record itself lives until its close. */
 static uint64_t detach(const dgc_nccl_api *api, ncclComm_t comm, int abort, int *device) {
     dgc_comm *c = dgc_registry_comm_by_handle(comm); /* a destroy or abort: the program holds the handle */
     if (!c) return 0;
     *device = dgc_nccl_ext(c)->device;
-    dgc_nccl_children_end(api, dgc_nccl_ext(c), abort);
     int dropped = dgc_nccl_group_forget(c);
     if (dropped)
         DGC_WARN("an NCCL communicator was destroyed or aborted inside the group that held %d of its compressed "
                  "all-reduce(s): they are dropped, their outputs left as they were",
                  dropped);
-    return dgc_registry_comm_unbind(comm);
+    const uint64_t id = dgc_registry_comm_unbind(comm);
+    dgc_nccl_children_end(api, dgc_nccl_ext(c), abort);
+    return id;
 }
 
 /* One STATS row per buffer of the record being closed, labelled as at exit. */

@@ -56,6 +56,10 @@ typedef struct {
     ncclResult_t (*comm_init_rank_config)(ncclComm_t *, int, ncclUniqueId, int, ncclConfig_t *); /* 2.14+ */
     ncclResult_t (*comm_init_all)(ncclComm_t *, int, const int *);
     ncclResult_t (*comm_split)(ncclComm_t, int, int, ncclComm_t *, ncclConfig_t *); /* 2.18+ */
+    /* the node layout's moves inside a node (optional: without them it stays flat) */
+    ncclResult_t (*broadcast)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+    ncclResult_t (*send)(const void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t); /* 2.7+ */
+    ncclResult_t (*recv)(void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
     int version;          /* from get_version, 0 when it failed */
     char object[512];     /* the file they come from, for log lines */
 } dgc_nccl_api;
@@ -123,6 +127,10 @@ typedef struct {
     const char *flat_why;     /* why the layout is flat (NULL: node layout) */
     ncclComm_t node_comm;     /* the children, NULL until made (DGC_TOPOLOGY=node): the node's ranks, */
     ncclComm_t cross_comm;    /* and this local rank's across the nodes; ended with the parent */
+    uint64_t cross_id;        /* the cross child's record (its shards' states), 0 until made: then node calls */
+    void *node_scratch;       /* the node sum's flag and pieces (nccl/node.c), device memory kept between calls */
+    size_t node_scratch_bytes;
+    int node_scratch_pooled;
 } dgc_nccl_comm;
 
 /* DGC_MAX_STATE_MB=auto's share of the device's memory: 1 / this. */
@@ -387,6 +395,16 @@ size_t dgc_nccl_type_size(ncclDataType_t dtype);
  * DGC_NCCL_FORWARD* are forwarded in their place. Each call's result lands
  * in its rc; returns the first non-success one. */
 ncclResult_t dgc_nccl_run(const dgc_nccl_api *api, dgc_nccl_call *k, int n, const dgc_config *cfg);
+
+/* ---- one call in node layout (nccl/node.c) ---- */
+
+/* 1 when a call the front end compresses goes by its communicator's node
+ * layout (children made, fp32, ncclSum, a count of 2+ elements a shard):
+ * from collective inputs, alike on every rank. */
+int dgc_nccl_node_eligible(const dgc_nccl_call *k);
+
+/* Runs it (a call of dgc_nccl_run's round); its result, also in k->rc. */
+ncclResult_t dgc_nccl_node_run(const dgc_nccl_api *api, dgc_nccl_call *k, const dgc_config *cfg);
 
 /* ---- groups (nccl/group.c) ---- */
 

@@ -123,6 +123,9 @@ static int fill(dgc_nccl_api *api, void *h, const object *within, const object *
         ENTRY(comm_init_rank_config, "CommInitRankConfig", 0),
         ENTRY(comm_init_all, "CommInitAll", 0),
         ENTRY(comm_split, "CommSplit", 0),
+        ENTRY(broadcast, "Broadcast", 0),
+        ENTRY(send, "Send", 0),
+        ENTRY(recv, "Recv", 0),
 #undef ENTRY
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {

@@ -476,6 +476,16 @@ static const test_case cases[] = {
      * under the full library and under the NCCL-only one, which must agree
      * (same_output.sh); under the full one the NCCL path equals the MPI
      * path (ddp_shape). */
+    /* The node layout (issue 47) on 4 ranks, DGC_TOPOLOGY=node on both
+     * paths: 2 nodes of 2 (the NCCL path's node transport against the MPI
+     * path's), the same with rank 1 grouping its calls, and 1 node of 4
+     * (flat on both). */
+    {.name = "ddp_shape_node", .env = {DDP, "DGC_TOPOLOGY=node", "DGC_NODE_SIZE=2", "DGC_LOG_LEVEL=info"},
+     .group_rank = -1},
+    {.name = "ddp_shape_node_groups", .env = {DDP60, "DGC_TOPOLOGY=node", "DGC_NODE_SIZE=2"}, .group_rank = 1,
+     .steps = 60},
+    {.name = "ddp_shape_node_one", .env = {DDP60, "DGC_TOPOLOGY=node", "DGC_NODE_SIZE=4"}, .group_rank = -1,
+     .steps = 60},
     {.name = "ddp_shape_nccl_only", .env = {DDP60}, .group_rank = -1, .nccl_only = 1, .steps = 60},
     /* The same keyed by address, 12 steps (the MPI path's rotating pool
      * repeats an address and count only after 12): every call a new state

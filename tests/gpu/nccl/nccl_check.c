@@ -1602,28 +1602,73 @@ static void case_nonblocking_late(void) {
     NCCL_OK(ncclCommDestroy(comm));
 }
 
-/* A communicator aborted after a call: with DGC_TOPOLOGY=node, the shim's
- * node and cross children are aborted with it (on the emulated device the
- * stand-in counts what is left at exit: NCCL_OVER_MPI_REPORT_LIVE). */
-static void case_node_abort(void) {
+/* Calls in node layout (DGC_TOPOLOGY=node) on a persistent buffer, then
+ * the communicator's end: destroyed, or aborted. The layout's results are
+ * checked against the MPI path's bit for bit by gpu.nccl.ddp_shape_node;
+ * here every rank must end each call with the same bytes, all finite, and
+ * the shim's children must end with their parent (on the emulated device
+ * the stand-in counts what is left at exit: NCCL_OVER_MPI_REPORT_LIVE). */
+static void node_life(int blocking, int abort_it) {
+    ncclComm_t comm = make_comm(blocking);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    const long n = 30001;
+    const size_t bytes = (size_t)n * sizeof(float);
+    float *g = malloc(bytes), *out = malloc(bytes);
+    if (!g || !out) fail("no host memory");
+    float *x = dev_alloc(bytes);
+    for (long step = 0; step < 4; step++) {
+        fill(g, rank, 800, step, n);
+        upload(x, g, bytes);
+        ncclResult_t r = ncclAllReduce(x, x, (size_t)n, ncclFloat32, ncclSum, comm, s);
+        if (r != ncclSuccess && r != ncclInProgress) fail("ncclAllReduce: %d", (int)r);
+        if (!blocking) wait_comm(comm);
+        download(out, x, bytes, s);
+        char what[48];
+        snprintf(what, sizeof what, "step %ld", step);
+        check_identical(out, bytes, what);
+        for (long i = 0; i < n; i++)
+            if (!isfinite(out[i])) fail("%s: element %ld is %g", what, i, out[i]);
+    }
+    if (abort_it) NCCL_OK(ncclCommAbort(comm));
+    else NCCL_OK(ncclCommDestroy(comm));
+    CUDA_OK(cudaFree(x));
+    free(g);
+    free(out);
+}
+
+/* A non-finite gradient on one rank in node layout: the Inf is in the
+ * first shard of rank 3's node only, yet the whole step is skipped as a
+ * flat call skips it: every element NaN on every rank (the node's agreement
+ * marks each of its shards), and the steps after it finite again. */
+static void case_node_nonfinite(void) {
     ncclComm_t comm = make_comm(1);
     cudaStream_t s;
     CUDA_OK(cudaStreamCreate(&s));
-    const long n = 30000;
+    const long n = 30001;
     const size_t bytes = (size_t)n * sizeof(float);
-    float *g = malloc(bytes), *out = malloc(bytes), *want = malloc(bytes);
-    if (!g || !out || !want) fail("no host memory");
+    float *g = malloc(bytes), *out = malloc(bytes);
+    if (!g || !out) fail("no host memory");
     float *x = dev_alloc(bytes);
-    dgc_ref R = ref_new(n, 0.99);
-    fill(g, rank, 800, 0, n);
-    upload(x, g, bytes);
-    NCCL_OK(ncclAllReduce(x, x, (size_t)n, ncclFloat32, ncclSum, comm, s));
-    download(out, x, bytes, s);
-    ref_step(&R, 800, 0, 1, want);
-    expect_equal(out, want, n, "before the abort");
-    NCCL_OK(ncclCommAbort(comm));
+    for (long step = 0; step < 4; step++) {
+        fill(g, rank, 810, step, n);
+        if (step == 1 && rank == nranks - 1) g[5] = INFINITY;
+        upload(x, g, bytes);
+        NCCL_OK(ncclAllReduce(x, x, (size_t)n, ncclFloat32, ncclSum, comm, s));
+        download(out, x, bytes, s);
+        for (long i = 0; i < n; i++)
+            if (step == 1 ? !isnan(out[i]) : !isfinite(out[i]))
+                fail("step %ld: element %ld is %g, want %s", step, i, out[i], step == 1 ? "NaN" : "a finite value");
+    }
+    NCCL_OK(ncclCommDestroy(comm));
     CUDA_OK(cudaFree(x));
+    free(g);
+    free(out);
 }
+
+static void case_node_children(void) { node_life(1, 0); }
+static void case_node_abort(void) { node_life(1, 1); }
+static void case_node_nonblocking(void) { node_life(0, 0); }
 
 /* ---- the table ---- */
 
@@ -1639,7 +1684,7 @@ typedef struct {
 #define DENSE "DGC_TRANSPORT=dense"
 /* The node layout on 4 ranks as 2 x 2 (issue 47); the stand-in's count of
  * communicators left at exit (ignored by NCCL). */
-#define NODE2 "DGC_TOPOLOGY=node", "DGC_NODE_SIZE=2", "NCCL_OVER_MPI_REPORT_LIVE=1"
+#define NODE2 "DGC_TOPOLOGY=node", "DGC_NODE_SIZE=2", "NCCL_OVER_MPI_REPORT_LIVE=1", "DGC_LOG_LEVEL=info"
 
 static const test_case cases[] = {
     {"one_rank_exact", case_exact, {EXACT, "DGC_MIN_RANKS=1", "DGC_STATS=1"}, NULL},
@@ -1660,11 +1705,12 @@ static const test_case cases[] = {
     /* The node layout's size differs (issue 47): stopped at the check. */
     {"node_size_mismatch", case_mismatch, {SPARSE}, "DGC_NODE_SIZE=2"},
     /* Its children: made, ended with the parent (destroyed or aborted), a
-     * failed split, a non-blocking parent, one host. The calls are flat. */
-    {"node_children", case_sparse, {SPARSE, NODE2}, NULL},
+     * non-blocking parent; a failed split and one host (flat: exact). */
+    {"node_children", case_node_children, {SPARSE, NODE2}, NULL},
     {"node_abort", case_node_abort, {SPARSE, NODE2}, NULL},
     {"node_split_failed", case_sparse, {SPARSE, NODE2, "NCCL_OVER_MPI_SPLIT_FAIL=1"}, NULL},
-    {"node_nonblocking", case_nonblocking, {SPARSE, NODE2}, NULL},
+    {"node_nonblocking", case_node_nonblocking, {SPARSE, NODE2}, NULL},
+    {"node_nonfinite", case_node_nonfinite, {SPARSE, NODE2}, NULL},
     {"node_one_host", case_sparse, {SPARSE, "DGC_TOPOLOGY=node"}, NULL},
     {"nonblocking", case_nonblocking, {SPARSE, "DGC_STATS=1"}, NULL},
     {"over_budget", case_over_budget, {SPARSE, "DGC_STATS=1", "DGC_LOG_LEVEL=info"}, "DGC_MAX_STATE_MB=1"},
