@@ -698,6 +698,15 @@ static void unreachable(dgc_nccl_call *k) {
     k->rc = ncclUnhandledCudaError;
 }
 
+/* A call in node layout (nccl/node.c): the node's sum, its shard as a
+ * flat call among the cross child's ranks, the node's spread. */
+static void run_node(const dgc_nccl_api *api, dgc_nccl_call *k, const dgc_config *cfg) {
+    dgc_nccl_call sub;
+    if (dgc_nccl_node_begin(api, k, &sub)) return;
+    const ncclResult_t rc = dgc_nccl_run(api, &sub, 1, cfg);
+    dgc_nccl_node_end(api, k, &sub, rc, cfg);
+}
+
 /* One round: at most one call per communicator. Calls in node layout run
  * whole first (nccl/node.c: their collectives go on their communicator's
  * children); the flat ones after them, phase by phase. */
@@ -705,7 +714,7 @@ static void run_round(const dgc_nccl_api *api, dgc_nccl_call **v, int m, const d
     int flat = 0;
     for (int i = 0; i < m; i++) {
         if (!dgc_nccl_node_eligible(v[i])) v[flat++] = v[i];
-        else if (dgc_device_switch(dgc_nccl_ext(v[i]->c)->device) == 0) (void)dgc_nccl_node_run(api, v[i], cfg);
+        else if (dgc_device_switch(dgc_nccl_ext(v[i]->c)->device) == 0) run_node(api, v[i], cfg);
         else unreachable(v[i]);
     }
     m = flat;

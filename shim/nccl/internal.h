@@ -403,8 +403,14 @@ ncclResult_t dgc_nccl_run(const dgc_nccl_api *api, dgc_nccl_call *k, int n, cons
  * from collective inputs, alike on every rank. */
 int dgc_nccl_node_eligible(const dgc_nccl_call *k);
 
-/* Runs it (a call of dgc_nccl_run's round); its result, also in k->rc. */
-ncclResult_t dgc_nccl_node_run(const dgc_nccl_api *api, dgc_nccl_call *k, const dgc_config *cfg);
+/* Its node parts around its shard's flat call (nccl/call.c runs the
+ * three in a round): begin sums the node's pieces of this rank's shard
+ * into the output and makes sub, the shard's call on the cross record
+ * (held), and returns 0; or -1 with k->rc set when nothing more is issued.
+ * end, after sub ran (shard_rc), spreads the node's shards and sets k->rc. */
+int dgc_nccl_node_begin(const dgc_nccl_api *api, dgc_nccl_call *k, dgc_nccl_call *sub);
+void dgc_nccl_node_end(const dgc_nccl_api *api, dgc_nccl_call *k, dgc_nccl_call *sub, ncclResult_t shard_rc,
+                       const dgc_config *cfg);
 
 /* ---- groups (nccl/group.c) ---- */
 

@@ -121,58 +121,62 @@ static ncclResult_t spread(const dgc_nccl_api *api, dgc_nccl_call *k, dgc_nccl_c
     return dgc_nccl_settle(api, k->c, x->node_comm, rc);
 }
 
-/* The shard's flat call on the cross record, in place in the output. */
-static ncclResult_t shard_call(const dgc_nccl_api *api, dgc_nccl_call *k, dgc_nccl_comm *x, dgc_comm *cc,
-                               float *out, uint64_t len, const dgc_config *cfg) {
-    dgc_nccl_call s = {.send = out, .recv = out, .count = len, .dtype = ncclFloat32, .op = ncclSum,
-                       .comm = x->cross_comm, .stream = k->stream, .c = cc, .gpu_dtype = DGC_GPU_F32,
-                       .forward = dgc_registry_count_dense(cc, len) ? DGC_NCCL_FORWARD_DENSE : DGC_NCCL_RUN,
-                       .order_at = -1};
-    const ncclResult_t rc = dgc_nccl_run(api, &s, 1, cfg);
-    if (s.part == DGC_NCCL_STATE && s.b) {
-        dgc_config spare;
-        dgc_plan plan;
-        if (dgc_policy_plan_node(dgc_nccl_planning_config(cfg, &spare), k->count, DGC_SUM_F32, s.plan.p.step,
-                                 &x->layout, &plan) == 0)
-            dgc_stats_node_call(&s.b->stats, plan.card_bytes, x->layout.nodes, x->layout.node_size);
-    }
-    return rc;
-}
-
-ncclResult_t dgc_nccl_node_run(const dgc_nccl_api *api, dgc_nccl_call *k, const dgc_config *cfg) {
+int dgc_nccl_node_begin(const dgc_nccl_api *api, dgc_nccl_call *k, dgc_nccl_call *sub) {
     dgc_nccl_comm *x = dgc_nccl_ext(k->c);
     const dgc_layout *lay = &x->layout;
     dgc_comm *cc = dgc_registry_comm_find(x->cross_id);
+    k->rc = ncclSuccess;
     if (!cc || dgc_nccl_ending(k->c)) { /* the parent is ending: nothing more is issued on its children */
         dgc_registry_comm_drop(cc);
-        return k->rc = ncclInternalError;
+        k->rc = ncclInternalError;
+        return -1;
     }
     uint64_t lo, hi;
     dgc_policy_shard(k->count, lay->node_size, lay->local, &lo, &hi);
     const uint64_t len = hi - lo;
-    float *out = (float *)k->recv + lo;
     dgc_nccl_chain_in(x, k->stream);
-    ncclResult_t rc = ncclSuccess;
     if (reserve(x, len, k->stream)) {
         DGC_ERROR("no device memory for the node's %llu-element pieces: this call fails with ncclSystemError here, "
                   "and the other ranks of its node may wait for this one",
                   (unsigned long long)(len * (uint64_t)lay->node_size));
-        rc = ncclSystemError;
+        k->rc = ncclSystemError;
     }
-    /* Before each part, as the flat path before each phase: nothing more
-     * is issued on children that another thread is ending. */
-    if (rc == ncclSuccess) rc = dgc_nccl_ending(k->c) ? ncclInternalError : node_sum(api, k, x, lo, len);
-    if (rc == ncclSuccess) {
-        shard_steps(cc, k->count, lay, 0, lay->local);
-        rc = dgc_nccl_ending(k->c) ? ncclInternalError : shard_call(api, k, x, cc, out, len, cfg);
-        shard_steps(cc, k->count, lay, lay->local + 1, lay->node_size);
-        /* whatever the shard's outcome: every rank of the node issues it */
-        rc = first_error(rc, dgc_nccl_ending(k->c) ? ncclInternalError : spread(api, k, x));
+    if (k->rc == ncclSuccess) k->rc = node_sum(api, k, x, lo, len);
+    if (k->rc == ncclSuccess && dgc_nccl_ending(k->c)) k->rc = ncclInternalError;
+    if (k->rc != ncclSuccess) {
+        DGC_ERROR("the node's sum of a %llu-element call failed (ncclResult_t %d)", (unsigned long long)k->count,
+                  (int)k->rc);
+        dgc_nccl_chain_out(x, k->stream);
+        dgc_registry_comm_drop(cc);
+        return -1;
     }
-    if (rc != ncclSuccess && rc != ncclInProgress)
+    shard_steps(cc, k->count, lay, 0, lay->local);
+    float *out = (float *)k->recv + lo;
+    *sub = (dgc_nccl_call){.send = out, .recv = out, .count = len, .dtype = ncclFloat32, .op = ncclSum,
+                           .comm = x->cross_comm, .stream = k->stream, .c = cc, .gpu_dtype = DGC_GPU_F32,
+                           .forward = dgc_registry_count_dense(cc, len) ? DGC_NCCL_FORWARD_DENSE : DGC_NCCL_RUN,
+                           .order_at = -1};
+    return 0;
+}
+
+void dgc_nccl_node_end(const dgc_nccl_api *api, dgc_nccl_call *k, dgc_nccl_call *sub, ncclResult_t shard_rc,
+                       const dgc_config *cfg) {
+    dgc_nccl_comm *x = dgc_nccl_ext(k->c);
+    const dgc_layout *lay = &x->layout;
+    shard_steps(sub->c, k->count, lay, lay->local + 1, lay->node_size);
+    if (sub->part == DGC_NCCL_STATE && sub->b) {
+        dgc_config spare;
+        dgc_plan plan;
+        if (dgc_policy_plan_node(dgc_nccl_planning_config(cfg, &spare), k->count, DGC_SUM_F32, sub->plan.p.step,
+                                 lay, &plan) == 0)
+            dgc_stats_node_call(&sub->b->stats, plan.card_bytes, lay->nodes, lay->node_size);
+    }
+    /* Whatever the shard's outcome: every rank of the node issues it. */
+    const ncclResult_t rc = dgc_nccl_ending(k->c) ? ncclInternalError : spread(api, k, x);
+    k->rc = first_error(shard_rc, rc);
+    if (k->rc != ncclSuccess)
         DGC_ERROR("a %llu-element call in node layout failed (ncclResult_t %d)", (unsigned long long)k->count,
-                  (int)rc);
+                  (int)k->rc);
     dgc_nccl_chain_out(x, k->stream);
-    dgc_registry_comm_drop(cc);
-    return k->rc = rc;
+    dgc_registry_comm_drop(sub->c);
 }
