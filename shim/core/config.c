@@ -114,11 +114,11 @@ static const char *const summaries[DGC_OPT_COUNT] = {
     [DGC_OPT_VALUE_BITS] = "bits per value on the wire: 16 (scaled binary16) or 32 (fp32)",
     [DGC_OPT_BUFFER_KEY] = "what a buffer's residual follows: its address, or its place in the step's calls "
                            "(fresh buffers every step); auto: the address until buffers are seen made afresh",
-    [DGC_OPT_TOPOLOGY] = "MPI path: node sums exactly inside each node and compresses each local rank's shard "
-                         "across nodes; flat compresses every rank's whole buffer; auto: node where there are 2+ "
-                         "equal nodes of 2+ ranks",
+    [DGC_OPT_TOPOLOGY] = "node sums exactly inside each node and compresses each local rank's shard across "
+                         "nodes; flat compresses every rank's whole buffer; auto: node where there are 2+ equal "
+                         "nodes of 2+ ranks (the NCCL path: flat under auto, node for fp32 sums under node)",
     [DGC_OPT_NODE_SIZE] = "ranks per node for DGC_TOPOLOGY: L consecutive ranks form a node; 0 = the nodes MPI "
-                          "reports (MPI_COMM_TYPE_SHARED)",
+                          "reports (MPI_COMM_TYPE_SHARED), or on the NCCL path the ranks of one host",
     [DGC_OPT_STATS_FILE] = "every rank writes JSON lines of its statistics to PATH.RANK (dgcshim report)",
     [DGC_OPT_STATS_EVERY] = "with DGC_STATS_FILE: also write a line every this many compressed calls",
     [DGC_OPT_NCCL_LIBRARY] = "the loaded library that holds the real NCCL, for unusual installs",
