@@ -11,7 +11,7 @@
 #   scripts/gpu-session.sh [--deadline S] [--out DIR] [PHASE...]
 #     PHASE       env engine nccl nccl_rest ddp watchdog memory bench sanitizers (default:
 #                 env engine ddp nccl, caps 30 + 150 + 180 + 150 s; nccl: a dozen telling
-#                 2-rank cases, below; a second call on the warm machine: memory bench
+#                 cases, below (2 ranks; ddp_shape_node 4); a second call on the warm machine: memory bench
 #                 nccl_rest watchdog sanitizers, whose builds are then incremental)
 #     --deadline  seconds for the whole command (default 540, under the tool's 600)
 #     --out       what comes back (default $OUT, else build-gpu/session)
@@ -72,12 +72,13 @@ preflight() {
 }
 
 T=scripts/test-gpu.sh
-# The most telling 2-rank NCCL cases, in this order: DDP's pattern against
-# the MPI path, a comm hook's new tensors, bf16; calls inside a group; both
+# The most telling NCCL cases, in this order: DDP's pattern against the MPI
+# path, flat on 2 ranks and in node layout on 4 ranks as 2 x 2 sharing the
+# GPU (issue 47), a comm hook's new tensors, bf16; calls inside a group; both
 # transports; a peer that never calls (non-blocking); abort from another
 # thread and from a thread with no context; capture elsewhere; fp16/bf16;
 # a buffer that moves. nccl_rest: the others, in a later call.
-TELLING="ddp_shape ddp_shape_fresh_auto ddp_shape_bf16 in_group two_ranks_sparse two_ranks_dense nonblocking_late
+TELLING="ddp_shape ddp_shape_node ddp_shape_fresh_auto ddp_shape_bf16 in_group two_ranks_sparse two_ranks_dense nonblocking_late
   abort_thread abort_no_context capture_elsewhere fp16_bf16 moved"
 telling_re="^gpu\\.nccl\\.($(echo $TELLING | tr ' ' '|'))\$"
 telling_first=$(for c in $TELLING; do printf 'gpu.nccl.%s ' "$c"; done)
