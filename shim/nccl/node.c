@@ -36,6 +36,7 @@
 #define FLAG_BYTES 256
 
 int dgc_nccl_node_eligible(const dgc_nccl_call *k) {
+    if (!k->c) return 0;
     const dgc_nccl_comm *x = dgc_nccl_ext(k->c);
     return x->cross_id && k->forward == DGC_NCCL_RUN && k->gpu_dtype == DGC_GPU_F32 && k->op == ncclSum &&
            dgc_policy_node_call(&x->layout, k->count);
@@ -124,7 +125,8 @@ static ncclResult_t spread(const dgc_nccl_api *api, dgc_nccl_call *k, dgc_nccl_c
 int dgc_nccl_node_begin(const dgc_nccl_api *api, dgc_nccl_call *k, dgc_nccl_call *sub) {
     dgc_nccl_comm *x = dgc_nccl_ext(k->c);
     const dgc_layout *lay = &x->layout;
-    dgc_comm *cc = dgc_registry_comm_find(x->cross_id);
+    const ncclComm_t cross = x->cross_comm; /* NULL once another thread ends the children */
+    dgc_comm *cc = cross ? dgc_nccl_comm_find(cross) : NULL; /* held until node_end (NULL: unbound, ending) */
     k->rc = ncclSuccess;
     if (!cc || dgc_nccl_ending(k->c)) { /* the parent is ending: nothing more is issued on its children */
         dgc_registry_comm_drop(cc);

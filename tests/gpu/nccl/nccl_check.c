@@ -1441,6 +1441,40 @@ static void case_abort_thread(void) {
     (void)cudaGetLastError();
 }
 
+/* Node layout (4 ranks as 2 x 2): rank 1 never makes the count's first
+ * call. Rank 0 waits for it in the node's sum (its pieces), rank 3 in its
+ * shard's vote across nodes (rank 1 is its peer there), rank 2 for rank 0
+ * there: each rank that called has a second thread abort the communicator
+ * after 3 s, whose children the shim then aborts, and the call must return
+ * an error instead of hanging. Rank 1 aborts its side once they are done.
+ * No communicator is left: the stand-in counts them at exit. */
+static void case_node_abort_waiting(void) {
+    ncclComm_t comm = make_comm(1);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    const long n = 30000;
+    float *buf = dev_alloc((size_t)n * sizeof(float));
+    int done = 0;
+    if (rank != 1) {
+        aborter a = {.first = comm, .delay = 3.0};
+        pthread_t t;
+        if (pthread_create(&t, NULL, abort_later, &a)) fail("pthread_create");
+        double t0 = now_s();
+        ncclResult_t r = ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, comm, s);
+        double waited = now_s() - t0;
+        pthread_join(t, NULL);
+        if (r == ncclSuccess) {
+            cudaError_t e = cudaStreamSynchronize(s);
+            fail("the call returned ncclSuccess although rank 1 never called (stream: %s)", cudaGetErrorString(e));
+        }
+        if (a.rc[0] != ncclSuccess) fail("ncclCommAbort from the second thread returned %d", (int)a.rc[0]);
+        printf("gpu.nccl.%s rank %d: the call returned %d after %.1f s\n", case_name, rank, (int)r, waited);
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &done, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD); /* the others are done */
+    if (rank == 1) NCCL_OK(ncclCommAbort(comm));
+    (void)cudaGetLastError();
+}
+
 /* The driver's current context of the calling thread (NULL: none), through
  * the runtime, as the shim finds it. */
 static void *current_context(void) {
@@ -1607,8 +1641,13 @@ static void case_nonblocking_late(void) {
  * checked against the MPI path's bit for bit by gpu.nccl.ddp_shape_node;
  * here every rank must end each call with the same bytes, all finite, and
  * the shim's children must end with their parent (on the emulated device
- * the stand-in counts what is left at exit: NCCL_OVER_MPI_REPORT_LIVE). */
-static void node_life(int blocking, int abort_it) {
+ * the stand-in counts what is left at exit: NCCL_OVER_MPI_REPORT_LIVE).
+ *
+ * With nonfinite, the last rank's gradient holds an Inf at step 1, in the
+ * first shard of its node only: yet the whole step is skipped as a flat
+ * call skips it, every element NaN on every rank (the node's agreement
+ * marks each of its shards), and the steps after it are finite again. */
+static void node_life(int blocking, int abort_it, int nonfinite) {
     ncclComm_t comm = make_comm(blocking);
     cudaStream_t s;
     CUDA_OK(cudaStreamCreate(&s));
@@ -1618,7 +1657,9 @@ static void node_life(int blocking, int abort_it) {
     if (!g || !out) fail("no host memory");
     float *x = dev_alloc(bytes);
     for (long step = 0; step < 4; step++) {
+        const int skipped = nonfinite && step == 1;
         fill(g, rank, 800, step, n);
+        if (skipped && rank == nranks - 1) g[5] = INFINITY;
         upload(x, g, bytes);
         ncclResult_t r = ncclAllReduce(x, x, (size_t)n, ncclFloat32, ncclSum, comm, s);
         if (r != ncclSuccess && r != ncclInProgress) fail("ncclAllReduce: %d", (int)r);
@@ -1628,7 +1669,8 @@ static void node_life(int blocking, int abort_it) {
         snprintf(what, sizeof what, "step %ld", step);
         check_identical(out, bytes, what);
         for (long i = 0; i < n; i++)
-            if (!isfinite(out[i])) fail("%s: element %ld is %g", what, i, out[i]);
+            if (skipped ? !isnan(out[i]) : !isfinite(out[i]))
+                fail("%s: element %ld is %g, want %s", what, i, out[i], skipped ? "NaN" : "a finite value");
     }
     if (abort_it) NCCL_OK(ncclCommAbort(comm));
     else NCCL_OK(ncclCommDestroy(comm));
@@ -1637,38 +1679,10 @@ static void node_life(int blocking, int abort_it) {
     free(out);
 }
 
-/* A non-finite gradient on one rank in node layout: the Inf is in the
- * first shard of rank 3's node only, yet the whole step is skipped as a
- * flat call skips it: every element NaN on every rank (the node's agreement
- * marks each of its shards), and the steps after it finite again. */
-static void case_node_nonfinite(void) {
-    ncclComm_t comm = make_comm(1);
-    cudaStream_t s;
-    CUDA_OK(cudaStreamCreate(&s));
-    const long n = 30001;
-    const size_t bytes = (size_t)n * sizeof(float);
-    float *g = malloc(bytes), *out = malloc(bytes);
-    if (!g || !out) fail("no host memory");
-    float *x = dev_alloc(bytes);
-    for (long step = 0; step < 4; step++) {
-        fill(g, rank, 810, step, n);
-        if (step == 1 && rank == nranks - 1) g[5] = INFINITY;
-        upload(x, g, bytes);
-        NCCL_OK(ncclAllReduce(x, x, (size_t)n, ncclFloat32, ncclSum, comm, s));
-        download(out, x, bytes, s);
-        for (long i = 0; i < n; i++)
-            if (step == 1 ? !isnan(out[i]) : !isfinite(out[i]))
-                fail("step %ld: element %ld is %g, want %s", step, i, out[i], step == 1 ? "NaN" : "a finite value");
-    }
-    NCCL_OK(ncclCommDestroy(comm));
-    CUDA_OK(cudaFree(x));
-    free(g);
-    free(out);
-}
-
-static void case_node_children(void) { node_life(1, 0); }
-static void case_node_abort(void) { node_life(1, 1); }
-static void case_node_nonblocking(void) { node_life(0, 0); }
+static void case_node_children(void) { node_life(1, 0, 0); }
+static void case_node_abort(void) { node_life(1, 1, 0); }
+static void case_node_nonblocking(void) { node_life(0, 0, 0); }
+static void case_node_nonfinite(void) { node_life(1, 0, 1); }
 
 /* ---- the table ---- */
 
@@ -1711,6 +1725,7 @@ static const test_case cases[] = {
     {"node_split_failed", case_sparse, {SPARSE, NODE2, "NCCL_OVER_MPI_SPLIT_FAIL=1"}, NULL},
     {"node_nonblocking", case_node_nonblocking, {SPARSE, NODE2}, NULL},
     {"node_nonfinite", case_node_nonfinite, {SPARSE, NODE2}, NULL},
+    {"node_abort_waiting", case_node_abort_waiting, {SPARSE, NODE2}, NULL},
     {"node_one_host", case_sparse, {SPARSE, "DGC_TOPOLOGY=node"}, NULL},
     {"nonblocking", case_nonblocking, {SPARSE, "DGC_STATS=1"}, NULL},
     {"over_budget", case_over_budget, {SPARSE, "DGC_STATS=1", "DGC_LOG_LEVEL=info"}, "DGC_MAX_STATE_MB=1"},
