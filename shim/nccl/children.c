@@ -22,12 +22,11 @@
  * with their parent (nccl/destroy.c: destroyed with it, or aborted first
  * when it is aborted, from any thread).
  *
- * What is built so far: the layout, the children, their end. The calls
- * still exchange flat over the parent; the per-call node transport (the
- * node's exact sum, the shard's compression across nodes, the node's
- * all-gather) is not built yet (docs/nccl.md, "Node layout"). So the
- * children are made only where DGC_TOPOLOGY=node asks for them, and the
- * line says the calls are flat. */
+ * The cross child has a record of its own (its shards' states, report and
+ * votes); a call in node layout (nccl/node.c) uses both children. They are
+ * made only where DGC_TOPOLOGY=node asks for them: under auto the NCCL path
+ * stays flat until its node transport is complete (docs/topology.md, "The
+ * NCCL path"). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
