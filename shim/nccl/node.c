@@ -126,7 +126,7 @@ int dgc_nccl_node_begin(const dgc_nccl_api *api, dgc_nccl_call *k, dgc_nccl_call
     dgc_nccl_comm *x = dgc_nccl_ext(k->c);
     const dgc_layout *lay = &x->layout;
     const ncclComm_t cross = x->cross_comm; /* NULL once another thread ends the children */
-    dgc_comm *cc = cross ? dgc_nccl_comm_find(cross) : NULL; /* held until node_end (NULL: unbound, ending) */
+    dgc_comm *cc = cross ? dgc_registry_comm_hold(cross) : NULL; /* held until node_end (NULL: unbound, ending) */
     k->rc = ncclSuccess;
     if (!cc || dgc_nccl_ending(k->c)) { /* the parent is ending: nothing more is issued on its children */
         dgc_registry_comm_drop(cc);
