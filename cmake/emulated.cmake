@@ -88,11 +88,9 @@ target_include_directories(dgc_emu_launch_hook PRIVATE ${DGC_CHIPSTAR_ROOT}/incl
 target_compile_definitions(dgc_emu_launch_hook PRIVATE __HIP_PLATFORM_SPIRV__)
 target_compile_options(dgc_emu_launch_hook PRIVATE -Wall -Wextra)
 
-# The engine: the same sources as kernels/CMakeLists.txt.
-dgc_cucc_objects(engine_objects ${PROJECT_SOURCE_DIR}/kernels/state.cu ${PROJECT_SOURCE_DIR}/kernels/sample_select.cu
-                 ${PROJECT_SOURCE_DIR}/kernels/compress.cu ${PROJECT_SOURCE_DIR}/kernels/decode.cu
-                 ${PROJECT_SOURCE_DIR}/kernels/dense.cu ${PROJECT_SOURCE_DIR}/kernels/compact.cu
-                 ${PROJECT_SOURCE_DIR}/kernels/commit.cu ${PROJECT_SOURCE_DIR}/kernels/node.cu)
+# The engine: the same sources as kernels/CMakeLists.txt (kernels/sources.cmake).
+include(${PROJECT_SOURCE_DIR}/kernels/sources.cmake)
+dgc_cucc_objects(engine_objects ${DGC_ENGINE_SOURCES})
 add_library(dgcshim_cuda STATIC ${engine_objects})
 set_target_properties(dgcshim_cuda PROPERTIES LINKER_LANGUAGE CXX)
 target_include_directories(dgcshim_cuda PUBLIC ${PROJECT_SOURCE_DIR}/include)

@@ -86,6 +86,9 @@ typedef struct {
      * counts (each gives back its own). */
     uint64_t bad_calls[DGC_GPU_BAD_RING][2];
     uint64_t saturated;   /* decoded steps whose update held some u or v at +-FLT_MAX (update_rules.h) */
+    /* Node layout: calls whose own shard went through but another shard of
+     * the node failed (dgc_gpu_node_fail), so the whole call failed. */
+    uint64_t node_failed;
 } dgc_gpu_report;
 
 /* A zeroed report in mapped pinned memory, or NULL (no device, no memory). */
@@ -326,6 +329,32 @@ int dgc_gpu_node_sum(const void *pieces, dgc_gpu_dtype dtype, int L, uint64_t le
  * that the shard's step is skipped everywhere, as a flat call with Inf or
  * NaN is. Enqueued on stream: 0, or -1 (err). */
 int dgc_gpu_node_poison(float *sum, const unsigned int *flag, dgc_cuda_stream stream, char *err, size_t errlen);
+
+/* Node layout: whether a shard's call failed, agreed over the node so
+ * that the whole call fails on every rank, as on the MPI path. words is
+ * device memory of 4 uint64_t: watch, before the shard's call, keeps the
+ * report's failed and bad-step counts (report: the cross record's; NULL
+ * counts nothing); judge, after it, sets word 2 (own verdict) to 1 when
+ * they moved or when host_failed (the host knows already: a flagged
+ * payload), else 0; the node then all-reduces word 2 (max) into word 3;
+ * fail, when word 3 is set, makes the shard's len sums NaN and, when this
+ * rank's own verdict was 0, counts the call in report->node_failed for
+ * the host. Enqueued on stream: 0, or -1 (err). */
+int dgc_gpu_node_watch(const dgc_gpu_report *report, uint64_t *words, dgc_cuda_stream stream, char *err,
+                       size_t errlen);
+int dgc_gpu_node_judge(const dgc_gpu_report *report, uint64_t *words, int host_failed, dgc_cuda_stream stream,
+                       char *err, size_t errlen);
+int dgc_gpu_node_fail(float *sum, uint64_t len, const uint64_t *words, dgc_gpu_report *report,
+                      dgc_cuda_stream stream, char *err, size_t errlen);
+
+/* A node-layout shard, decoded in fp32 (sum: len floats, device memory),
+ * into out in dtype: each value divided by divisor first when it is above
+ * 1 (ncclAvg: the communicator's ranks, as the flat path's decode divides),
+ * then rounded once to nearest even for a 16-bit type. out may be sum for
+ * fp32 (nothing is launched when there is nothing to do). Enqueued on
+ * stream: 0, or -1 (err). */
+int dgc_gpu_node_finish(const float *sum, void *out, dgc_gpu_dtype dtype, uint64_t len, int divisor,
+                        dgc_cuda_stream stream, char *err, size_t errlen);
 
 /* Steps of this state dropped for Inf/NaN (or a failed rank), as far as the
  * device has got (mapped memory: no synchronisation). */

@@ -152,6 +152,11 @@ int dgc_policy_plan(const dgc_config *cfg, uint64_t count, unsigned sum_type, ui
 int dgc_policy_plan_node(const dgc_config *cfg, uint64_t count, unsigned sum_type, uint64_t shard_step,
                          const dgc_layout *layout, dgc_plan *out);
 
+/* What a rank sends to its peers in the plan's transport, all of them
+ * together (dgc_transport_bytes_for: a ring's N-1 payloads or shares); in
+ * node layout, what it sends across nodes. */
+uint64_t dgc_policy_cross_bytes(const dgc_plan *plan);
+
 /* What the calls on a count-element buffer from step on will need, for a
  * state sized once (warm-up densities only fall): *sparse_k, the largest k
  * of those that go by the sparse all-gather (0 when none does), and *dense,

@@ -116,7 +116,7 @@ static const char *const summaries[DGC_OPT_COUNT] = {
                            "(fresh buffers every step); auto: the address until buffers are seen made afresh",
     [DGC_OPT_TOPOLOGY] = "node sums exactly inside each node and compresses each local rank's shard across "
                          "nodes; flat compresses every rank's whole buffer; auto: node where there are 2+ equal "
-                         "nodes of 2+ ranks (the NCCL path: flat under auto, node for fp32 sums under node)",
+                         "nodes of 2+ ranks",
     [DGC_OPT_NODE_SIZE] = "ranks per node for DGC_TOPOLOGY: L consecutive ranks form a node; 0 = the nodes MPI "
                           "reports (MPI_COMM_TYPE_SHARED), or on the NCCL path the ranks of one host",
     [DGC_OPT_STATS_FILE] = "every rank writes JSON lines of its statistics to PATH.RANK (dgcshim report)",

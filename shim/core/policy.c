@@ -178,9 +178,7 @@ int dgc_policy_node_call(const dgc_layout *layout, uint64_t count) {
            count <= (uint64_t)INT_MAX - (uint64_t)layout->node_size; /* L pieces of a shard within an int */
 }
 
-/* What this rank sends across nodes in the plan's transport, all peers
- * together (dgc_transport_bytes_for: a ring's N-1 payloads or shares). */
-static uint64_t cross_bytes(const dgc_plan *plan) {
+uint64_t dgc_policy_cross_bytes(const dgc_plan *plan) {
     if (plan->transport == DGC_TRANSPORT_DENSE) return plan->bytes.dense;
     if (plan->transport == DGC_TRANSPORT_REDUCE) return plan->bytes.reduce;
     return plan->bytes.sparse;
@@ -198,7 +196,7 @@ int dgc_policy_plan_node(const dgc_config *cfg, uint64_t count, unsigned sum_typ
     out->layout = *layout;
     out->shard_lo = lo;
     out->shard_hi = hi;
-    out->card_bytes = (uint64_t)layout->node_size * cross_bytes(out);
+    out->card_bytes = (uint64_t)layout->node_size * dgc_policy_cross_bytes(out);
     return 0;
 }
 

@@ -405,6 +405,18 @@ void dgc_registry_order_undo(dgc_comm *c) {
     if (c->order) dgc_order_undo(c->order);
 }
 
+void dgc_registry_order_say(dgc_comm *c, int64_t at, uint64_t count, const char *what) {
+    if (at == DGC_ORDER_CHANGED && !c->order_warned++)
+        DGC_WARN("DGC_BUFFER_KEY=order: the order of %s's all-reduces changed (a %llu-element call broke the step of "
+                 "%llu calls learnt so far); its calls are summed densely until the new order repeats, and states are "
+                 "found by their place in it. Said once",
+                 what, (unsigned long long)count, (unsigned long long)dgc_order_step(c->order));
+    if (at == DGC_ORDER_TOO_LONG && !c->order_warned++)
+        DGC_WARN("DGC_BUFFER_KEY=order: no repeating order of at most %d all-reduces found on %s: its float sums are "
+                 "summed densely from now on (DGC_BUFFER_KEY=address keys persistent buffers)",
+                 DGC_ORDER_MAX_STEP, what);
+}
+
 const int dgc_order_key_tag = 0;
 
 int64_t dgc_registry_auto_place(dgc_comm *c, uint64_t count, const void *send, const void *buf, size_t elem,

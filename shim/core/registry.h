@@ -119,6 +119,7 @@ typedef struct dgc_buffer {
     size_t gpu_bytes;
     void (*gpu_release)(struct dgc_buffer *b);
     void *gpu_owner;  /* the front end's per-communicator data, for gpu_release (set after adopt) */
+    size_t gpu_elem;  /* bytes per element of the memory at buf (and send) that keys it (set after adopt) */
     /* A move of the GPU state into a smaller block that device memory
      * refused: the k it was for, and the communicator's call count then
      * (nccl/state.c's shrink tries again for a smaller k, or later). */
@@ -198,6 +199,11 @@ int dgc_registry_note_moves(dgc_comm *c, uint64_t count, const void *send, const
  * or DGC_ORDER_* (< 0) while the step is not known; and its undo. */
 int64_t dgc_registry_order_next(dgc_comm *c, uint64_t count);
 void dgc_registry_order_undo(dgc_comm *c);
+
+/* What at (dgc_registry_order_next's answer to a count-element call) means
+ * for the user, said once per communicator where it is a change of order or
+ * a step too long: what names the communicator ("an NCCL communicator"). */
+void dgc_registry_order_say(dgc_comm *c, int64_t at, uint64_t count, const char *what);
 
 /* DGC_BUFFER_KEY=auto: learns c's step from every call, as order does,
  * and watches whether its buffers are made afresh (core/places.h): the

@@ -11,6 +11,7 @@
 #include "dgcshim/wire.h"
 #include "dgcshim/wire_compact.h"
 #include "core/log.h"
+#include "core/shards.h"
 #include "internal.h"
 #include "core/order.h"
 #include "core/pages.h"
@@ -220,15 +221,7 @@ static int order_key(dgc_comm *c, uint64_t count, state_key *key) {
         *key = (state_key){DGC_ORDER_SEND, DGC_ORDER_BUF(at), 1, 0};
         return 0;
     }
-    if (at == DGC_ORDER_CHANGED && !c->order_warned++)
-        DGC_WARN("DGC_BUFFER_KEY=order: the order of this communicator's all-reduces changed (a %llu-element call "
-                 "broke the step of %llu calls learnt so far); its calls are summed densely until the new order "
-                 "repeats, and states are found by their place in it. Said once",
-                 (unsigned long long)count, (unsigned long long)dgc_order_step(c->order));
-    if (at == DGC_ORDER_TOO_LONG && !c->order_warned++)
-        DGC_WARN("DGC_BUFFER_KEY=order: no repeating order of at most %d all-reduces found on a communicator: its "
-                 "float sums are summed densely from now on (use DGC_BUFFER_KEY=address for persistent buffers)",
-                 DGC_ORDER_MAX_STEP);
+    dgc_registry_order_say(c, at, count, "a communicator");
     return -1;
 }
 
@@ -245,32 +238,6 @@ static void auto_key(dgc_comm *c, uint64_t count, state_key *key) {
                  "had been): its buffer states follow each call's place in the step from now on, as under "
                  "DGC_BUFFER_KEY=order (said once per communicator)");
     if (at >= 0) *key = (state_key){DGC_ORDER_SEND, DGC_ORDER_BUF(at), 1, 0};
-}
-
-/* Node layout (node.c). The steps of every shard's count, in shard order,
- * on the cross record: what flat calls on the M ranks of one local rank,
- * one call per shard, would take; *mine gets this rank's shard's. -1, with
- * nothing taken, when the record's table of counts is full (its tables are
- * alike on every rank: every rank counts every shard). */
-static void undo_shard_steps(dgc_comm *cc, uint64_t n, const dgc_layout *lay, int upto) {
-    for (int l = upto - 1; l >= 0; l--) {
-        uint64_t lo, hi;
-        dgc_policy_shard(n, lay->node_size, l, &lo, &hi);
-        dgc_registry_undo_step(cc, hi - lo);
-    }
-}
-
-static int shard_steps(dgc_comm *cc, uint64_t n, const dgc_layout *lay, uint64_t *mine) {
-    for (int l = 0; l < lay->node_size; l++) {
-        uint64_t lo, hi, step;
-        dgc_policy_shard(n, lay->node_size, l, &lo, &hi);
-        if (dgc_registry_next_step(cc, hi - lo, &step)) {
-            undo_shard_steps(cc, n, lay, l);
-            return -1;
-        }
-        if (l == lay->local) *mine = step;
-    }
-    return 0;
 }
 
 /* The node's first round, before any data moves: whether its ranks called
@@ -315,7 +282,7 @@ static int node_call(dgc_mpi_node *x, const state_key *key, const void *sb, void
     dgc_comm *cc = dgc_mpi_node_cross(x, &cross);
     uint64_t step = 0;
     if (!cc) return dgc_mpi_fail(comm, MPI_ERR_INTERN); /* its record dies with the parent's: cannot happen */
-    if (shard_steps(cc, count, lay, &step)) {
+    if (dgc_shard_steps_take(cc, count, lay, &step)) {
         if (!cc->table_full_warned++)
             DGC_WARN("a communicator's node layout has all-reduced %d distinct shard sizes: new counts pass through",
                      DGC_COUNTS_PER_COMM);
@@ -324,7 +291,7 @@ static int node_call(dgc_mpi_node *x, const state_key *key, const void *sb, void
     }
     dgc_plan plan;
     if (dgc_policy_plan_node(cfg, count, DGC_SUM_F32, step, lay, &plan)) {
-        undo_shard_steps(cc, count, lay, lay->node_size);
+        dgc_shard_steps_undo(cc, count, lay);
         *why = DGC_PASS_LARGE;
         return DGC_MPI_PASS;
     }
@@ -356,7 +323,7 @@ static int node_call(dgc_mpi_node *x, const state_key *key, const void *sb, void
     if (rc == MPI_SUCCESS && local != DGC_PART_FAILED) node_nonfinite(x, nonfinite, sum, len, &rc);
     if (rc != MPI_SUCCESS) { /* MPI's own failure inside the node */
         view_close(&v, 0);
-        undo_shard_steps(cc, count, lay, lay->node_size);
+        dgc_shard_steps_undo(cc, count, lay);
         return dgc_mpi_fail(comm, rc);
     }
     float *out = v.work ? v.work + plan.shard_lo : NULL; /* NULL: this rank failed, and writes nothing */
@@ -366,7 +333,7 @@ static int node_call(dgc_mpi_node *x, const state_key *key, const void *sb, void
     if (rc == MPI_SUCCESS) rc = dgc_mpi_node_spread(x, v.work, count);
     view_close(&v, rc == MPI_SUCCESS);
     if (rc != MPI_SUCCESS) {
-        undo_shard_steps(cc, count, lay, lay->node_size);
+        dgc_shard_steps_undo(cc, count, lay);
         return dgc_mpi_fail(comm, rc);
     }
     return MPI_SUCCESS;

@@ -32,7 +32,10 @@ static void own_words(const dgc_config *cfg, dgc_comm *c, uint64_t *w) {
     for (int i = 0; i < DGC_OPT_COUNT; i++)
         w[i] = dgc_option_is_collective((dgc_option)i) ? dgc_option_hash(cfg, (dgc_option)i) : 0;
     w[WORD_PARSE] = dgc_registry_flag(DGC_FLAG_NCCL_PARSE_FAILED) ? 1 : 0;
-    w[WORD_NODE] = dgc_nccl_node_id(cfg, dgc_nccl_ext(c)->rank);
+    /* Only a layout that may be used reads the host's name: enable and
+     * topology are compared, so every rank leaves it 0 alike. */
+    const int layout_used = cfg->enable && cfg->topology != DGC_TOPOLOGY_FLAT;
+    w[WORD_NODE] = layout_used ? dgc_nccl_node_id(cfg, dgc_nccl_ext(c)->rank) : 0;
 }
 
 /* The check's buffers go back in stream order: after a wait that ended

@@ -103,12 +103,21 @@ static const char *bad_reason(uint32_t bad, uint64_t value) {
 void dgc_nccl_count_news(dgc_nccl_comm *x) {
     const volatile dgc_gpu_report *r = x->report;
     if (!r) return;
-    uint64_t bad_steps = r->bad_steps, failed = r->failed, saturated = r->saturated;
+    uint64_t bad_steps = r->bad_steps, failed = r->failed, saturated = r->saturated, node_failed = r->node_failed;
     if (saturated > x->saturated_seen) {
         dgc_registry_count_saturated(saturated - x->saturated_seen, 0);
         x->saturated_seen = saturated;
     }
     atomic_thread_fence(memory_order_acquire);
+    if (node_failed > x->node_failed_seen) { /* another local rank's shard: a peer's failure here */
+        dgc_registry_count_failed(DGC_FAIL_PEER, node_failed - x->node_failed_seen);
+        DGC_ERROR("%llu call(s) in node layout failed on every rank: another local rank's shard failed across nodes "
+                  "(that rank's log says why); output NaN, this rank's shard kept its state; a call returns "
+                  "ncclSystemError",
+                  (unsigned long long)(node_failed - x->node_failed_seen));
+        x->node_failed_seen = node_failed;
+        x->node_failed_unsaid = 1;
+    }
     if (bad_steps > x->bad_counted) {
         dgc_registry_count_failed(DGC_FAIL_BAD_PAYLOAD, bad_steps - x->bad_counted);
         x->bad_counted = bad_steps;
@@ -181,6 +190,10 @@ static ncclResult_t news(dgc_comm *c) {
                   "NaN, no state changed; this call returns ncclSystemError",
                   (unsigned long long)(failed - x->failed_seen), (int)r->failed_rank);
         x->failed_seen = failed;
+        if (rc == ncclSuccess) rc = ncclSystemError;
+    }
+    if (x->node_failed_unsaid) {
+        x->node_failed_unsaid = 0;
         if (rc == ncclSuccess) rc = ncclSystemError;
     }
     uint64_t nonfinite = r->nonfinite;
@@ -311,15 +324,7 @@ static int order_place(dgc_nccl_call *k) {
     k->order_at = dgc_registry_order_next(c, k->count);
     if (k->order_at >= 0) return 0;
     k->learning = 1;
-    if (k->order_at == DGC_ORDER_CHANGED && !c->order_warned++)
-        DGC_WARN("DGC_BUFFER_KEY=order: the order of an NCCL communicator's all-reduces changed (a %llu-element call "
-                 "broke the step of %llu calls learnt so far); its calls go uncompressed until the new order "
-                 "repeats. Said once",
-                 (unsigned long long)k->count, (unsigned long long)dgc_order_step(c->order));
-    if (k->order_at == DGC_ORDER_TOO_LONG && !c->order_warned++)
-        DGC_WARN("DGC_BUFFER_KEY=order: no repeating order of at most %d all-reduces on an NCCL communicator: its "
-                 "float sums go uncompressed from now on (DGC_BUFFER_KEY=address keys persistent buffers)",
-                 DGC_ORDER_MAX_STEP);
+    dgc_registry_order_say(c, k->order_at, k->count, "an NCCL communicator");
     return -1;
 }
 
@@ -330,8 +335,8 @@ static int order_place(dgc_nccl_call *k) {
  * compressed either way. */
 static void auto_place(dgc_nccl_call *k) {
     int now = 0;
-    k->order_at = dgc_registry_auto_place(k->c, k->count, k->send == k->recv ? NULL : k->send, k->recv,
-                                          dgc_gpu_dtype_size(k->gpu_dtype), &now);
+    k->order_at = dgc_registry_auto_place(k->c, k->count, dgc_nccl_key_send(k), dgc_nccl_key_place(k),
+                                          dgc_nccl_key_elem(k), &now);
     if (now)
         DGC_INFO("an NCCL communicator's buffers are made afresh from step to step (one came where another of the "
                  "step had been: a comm hook that makes a new tensor per call, such as fp16_compress_hook): its "
@@ -367,13 +372,13 @@ static void plan(dgc_nccl_call *k, const dgc_config *cfg) {
     }
     dgc_nccl_chain_in(dgc_nccl_ext(c), k->stream);
     k->rc = news(c);
-    if (cfg->buffer_key == DGC_KEY_ORDER && order_place(k)) {
+    if (k->placed ? k->learning : cfg->buffer_key == DGC_KEY_ORDER && order_place(k)) {
         k->part = DGC_NCCL_PASS;
         return;
     }
-    if (cfg->buffer_key == DGC_KEY_AUTO) auto_place(k);
-    uint64_t step;
-    if (dgc_registry_next_step(c, k->count, &step)) {
+    if (!k->placed && cfg->buffer_key == DGC_KEY_AUTO) auto_place(k);
+    uint64_t step = k->step;
+    if (!k->step_given && dgc_registry_next_step(c, k->count, &step)) {
         if (!c->table_full_warned++)
             DGC_WARN("an NCCL communicator has all-reduced %d distinct counts: new counts pass through",
                      DGC_COUNTS_PER_COMM);
@@ -431,13 +436,9 @@ static void go_dense(dgc_nccl_call *k, const unsigned char *v) {
                  k->footprint, lack_text(k->lack));
 }
 
-/* The votes of the round's first calls: one byte a rank (1: no state),
- * gathered by the real ncclAllGather (one group when several), copied into
- * the record's pinned votes_host (so cudaMemcpyAsync returns at once: into
- * pageable memory it would return, on NVIDIA, only after the all-gather,
- * where no abort can end it) and read after a polling wait for the call's
- * stream (nccl/wait.c). A vote that cannot be taken fails the call
- * here: the other ranks may wait for this one. */
+/* The votes of the round's first calls (nccl/vote.c: one byte a rank, 1
+ * for no state; one group when several). A vote that cannot be taken
+ * fails the call here: the other ranks may wait for this one. */
 static void vote(const dgc_nccl_api *api, dgc_nccl_call **v, int m) {
     static const unsigned char alone = 1;
     for (int i = 0; i < m; i++)
@@ -450,15 +451,8 @@ static void vote(const dgc_nccl_api *api, dgc_nccl_call **v, int m) {
     for (int i = 0; i < m; i++) {
         dgc_nccl_call *k = v[i];
         if (!votes(k)) continue;
-        dgc_nccl_comm *x = dgc_nccl_ext(k->c);
-        dgc_device_switch(x->device);
-        cudaError_t e = x->votes ? cudaSuccess
-                                 : dgc_nccl_dev_alloc(&x->votes, 1 + (size_t)k->c->nranks, k->stream, &x->votes_pooled);
-        if (e == cudaSuccess) e = cudaMemsetAsync(x->votes, k->b ? 0 : 1, 1, k->stream);
-        k->xrc = gs != ncclSuccess         ? gs
-                 : dgc_nccl_ending(k->c)   ? ncclInternalError
-                 : e != cudaSuccess        ? ncclUnhandledCudaError
-                                           : api->all_gather(x->votes, (char *)x->votes + 1, 1, ncclUint8, k->comm, k->stream);
+        dgc_device_switch(dgc_nccl_ext(k->c)->device);
+        k->xrc = gs != ncclSuccess ? gs : dgc_nccl_vote_issue(api, k->c, k->comm, k->stream, k->b ? 0 : 1);
     }
     if (grouped && gs == ncclSuccess) {
         ncclResult_t ge = api->group_end();
@@ -470,22 +464,15 @@ static void vote(const dgc_nccl_api *api, dgc_nccl_call **v, int m) {
         if (!votes(k)) continue;
         dgc_nccl_comm *x = dgc_nccl_ext(k->c);
         dgc_device_switch(x->device);
-        ncclResult_t rc = dgc_nccl_settle(api, k->c, k->comm, k->xrc);
+        const ncclResult_t rc = dgc_nccl_vote_collect(api, k->c, k->comm, k->stream, k->xrc);
         k->xrc = ncclSuccess;
-        cudaError_t e = cudaSuccess;
-        if (rc == ncclSuccess) {
-            e = cudaMemcpyAsync(x->votes_host, (char *)x->votes + 1, (size_t)k->c->nranks, cudaMemcpyDeviceToHost,
-                                k->stream);
-            if (e == cudaSuccess) rc = dgc_nccl_wait(api, k->c, k->comm, k->stream);
-        }
-        if (rc != ncclSuccess || e != cudaSuccess) {
-            (void)cudaGetLastError();
+        if (rc != ncclSuccess) {
             DGC_ERROR("the ranks' vote on holding a %llu-element buffer's state failed (%s): this call fails here, "
                       "and the other ranks may wait for this one",
-                      (unsigned long long)k->count, rc != ncclSuccess ? "NCCL's all-gather" : cudaGetErrorString(e));
+                      (unsigned long long)k->count, rc == ncclUnhandledCudaError ? "a CUDA copy" : "NCCL's all-gather");
             dgc_nccl_state_drop(k);
             k->part = DGC_NCCL_DEAD;
-            k->rc = rc != ncclSuccess ? rc : ncclUnhandledCudaError;
+            k->rc = rc;
             continue;
         }
         if (dgc_nccl_vote_dense(x->votes_host, k->c->nranks)) go_dense(k, x->votes_host);
@@ -600,7 +587,7 @@ static void count_call(dgc_nccl_call *k) {
     size_t wire = !dense(k) ? sent_bytes(k) : others ? (size_t)((k->plan.bytes.dense + others - 1) / others) : 0;
     s->calls++;
     s->dense_transport += dense(k);
-    s->dense_bytes += (uint64_t)k->count * dgc_gpu_dtype_size(k->gpu_dtype);
+    s->dense_bytes += (uint64_t)k->count * dgc_nccl_key_elem(k); /* the caller's (a 16-bit shard runs in fp32) */
     s->wire_bytes += wire;
     s->last_wire_bytes = wire;
     s->nonfinite = dgc_gpu_state_nonfinite(k->b->gpu); /* as far as the device has got: no wait */
@@ -704,7 +691,18 @@ static void run_node(const dgc_nccl_api *api, dgc_nccl_call *k, const dgc_config
     dgc_nccl_call sub;
     if (dgc_nccl_node_begin(api, k, &sub)) return;
     const ncclResult_t rc = dgc_nccl_run(api, &sub, 1, cfg);
-    dgc_nccl_node_end(api, k, &sub, rc, cfg);
+    dgc_nccl_node_end(api, k, &sub, rc);
+}
+
+/* A node layout's call is keyed on its own communicator, by the whole
+ * call, as the MPI path keys it (DGC_BUFFER_KEY=order and auto); its shard
+ * then takes that place on the cross record. 0 when it passes whole while
+ * the step is learnt (run with the flat calls, as the MPI path passes it). */
+static int node_placed(dgc_nccl_call *k, const dgc_config *cfg) {
+    k->placed = 1;
+    if (cfg->buffer_key == DGC_KEY_ORDER && order_place(k)) return 0;
+    if (cfg->buffer_key == DGC_KEY_AUTO) auto_place(k);
+    return 1;
 }
 
 /* One round: at most one call per communicator. Calls in node layout run
@@ -713,7 +711,7 @@ static void run_node(const dgc_nccl_api *api, dgc_nccl_call *k, const dgc_config
 static void run_round(const dgc_nccl_api *api, dgc_nccl_call **v, int m, const dgc_config *cfg) {
     int flat = 0;
     for (int i = 0; i < m; i++) {
-        if (!dgc_nccl_node_eligible(v[i])) v[flat++] = v[i];
+        if (!dgc_nccl_node_eligible(v[i]) || !node_placed(v[i], cfg)) v[flat++] = v[i];
         else if (dgc_device_switch(dgc_nccl_ext(v[i]->c)->device) == 0) run_node(api, v[i], cfg);
         else unreachable(v[i]);
     }

@@ -24,9 +24,9 @@
  *
  * The cross child has a record of its own (its shards' states, report and
  * votes); a call in node layout (nccl/node.c) uses both children. They are
- * made only where DGC_TOPOLOGY=node asks for them: under auto the NCCL path
- * stays flat until its node transport is complete (docs/topology.md, "The
- * NCCL path"). */
+ * made under DGC_TOPOLOGY=auto (the default) and node, as on the MPI path;
+ * where the layout cannot hold, node says why as a warning, auto at debug
+ * level (docs/topology.md, "The NCCL path"). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,33 +94,15 @@ static ncclComm_t split(const dgc_nccl_api *api, dgc_comm *c, ncclComm_t parent,
     return NULL;
 }
 
-/* Every rank's byte (1: it has both children) over the parent, on stream;
- * the smallest in *all. The same buffers and waits as the check's. */
+/* Every rank's byte (1: it has both children) over the parent (nccl/vote.c);
+ * the smallest in *all. */
 static ncclResult_t agree_all(const dgc_nccl_api *api, dgc_comm *c, ncclComm_t comm, cudaStream_t stream, int mine,
                               int *all) {
-    const int n = c->nranks;
-    const size_t bytes = 1 + (size_t)n;
-    int pinned = 0, pooled = 0;
-    void *dev = NULL;
-    unsigned char *host = dgc_nccl_host_get(bytes, &pinned);
-    cudaError_t e = host ? dgc_nccl_dev_alloc(&dev, bytes, stream, &pooled) : cudaErrorMemoryAllocation;
-    ncclResult_t rc = ncclSystemError;
-    if (e == cudaSuccess) {
-        host[0] = (unsigned char)mine;
-        e = cudaMemcpyAsync(dev, host, 1, cudaMemcpyHostToDevice, stream);
-    }
-    if (e == cudaSuccess) {
-        rc = dgc_nccl_settle(api, c, comm, api->all_gather(dev, (char *)dev + 1, 1, ncclUint8, comm, stream));
-        if (rc == ncclSuccess &&
-            cudaMemcpyAsync(host + 1, (char *)dev + 1, (size_t)n, cudaMemcpyDeviceToHost, stream) != cudaSuccess)
-            rc = ncclUnhandledCudaError;
-        if (rc == ncclSuccess) rc = dgc_nccl_wait(api, c, comm, stream);
-    }
-    (void)cudaGetLastError();
-    *all = 1;
-    for (int r = 0; rc == ncclSuccess && r < n; r++) *all &= host[1 + r] != 0;
-    if (dev) dgc_nccl_dev_free(dev, pooled, stream);
-    if (host) dgc_nccl_host_put(host, bytes, pinned, stream);
+    const ncclResult_t rc =
+        dgc_nccl_vote_collect(api, c, comm, stream, dgc_nccl_vote_issue(api, c, comm, stream, (unsigned char)mine));
+    const unsigned char *votes = dgc_nccl_ext(c)->votes_host;
+    *all = rc == ncclSuccess;
+    for (int r = 0; *all && r < c->nranks; r++) *all = votes[r] != 0;
     return rc;
 }
 
@@ -158,12 +140,11 @@ static void make_pair(const dgc_nccl_api *api, dgc_nccl_check *k, const dgc_conf
         return;
     }
     x->node_comm = node;
-    x->cross_comm = cross;
-    x->cross_id = cc->id;
+    x->cross_comm = cross; /* its record is bound to it: node calls hold it by the handle */
     dgc_registry_comm_drop(cc);
     if (x->rank == 0)
-        DGC_INFO("an NCCL communicator of %d ranks is in node layout, %d nodes of %d ranks (%s): its fp32 sums go "
-                 "by it",
+        DGC_INFO("an NCCL communicator of %d ranks is in node layout, %d nodes of %d ranks (%s): its sums and averages "
+                 "(fp32, fp16, bf16) go by it",
                  x->nranks, x->layout.nodes, x->layout.node_size, cfg->node_size ? "DGC_NODE_SIZE" : "host names");
 }
 
@@ -173,10 +154,7 @@ void dgc_nccl_children_make(const dgc_nccl_api *api, dgc_nccl_check *k, int n, c
         dgc_nccl_comm *x = dgc_nccl_ext(k[i].c);
         if (x->node_comm || x->cross_comm) continue; /* made already (a check is run once) */
         const char *why = x->flat_why;
-        if (!why && cfg->topology != DGC_TOPOLOGY_NODE)
-            why = "DGC_TOPOLOGY=auto keeps the NCCL path flat until its node transport is complete (DGC_TOPOLOGY=node "
-                  "turns it on)";
-        else if (!why && n > 1)
+        if (!why && n > 1)
             why = "it was made with other communicators by one thread (ncclCommInitAll, or a group)";
         else if (!why && (!api->comm_split || !api->send || !api->recv || !api->broadcast))
             why = "this NCCL lacks ncclCommSplit (2.18 and later), ncclSend, ncclRecv or ncclBroadcast";
@@ -200,13 +178,13 @@ static void end_one(const dgc_nccl_api *api, ncclComm_t *slot, int abort) {
 
 void dgc_nccl_children_end(const dgc_nccl_api *api, dgc_nccl_comm *x, int abort) {
     /* The cross record first: its states' frees go in stream order before
-     * its communicator ends. */
-    const uint64_t id = __atomic_exchange_n(&x->cross_id, 0, __ATOMIC_ACQ_REL);
-    if (id) {
+     * its communicator ends. The unbind answers one thread only. */
+    const ncclComm_t cross = __atomic_load_n(&x->cross_comm, __ATOMIC_ACQUIRE);
+    if (cross) {
         dgc_device_guard g;
         const int ok = dgc_device_enter(&g, x->device) == 0;
-        (void)dgc_registry_comm_unbind(x->cross_comm);
-        dgc_registry_comm_close(id);
+        const uint64_t id = dgc_registry_comm_unbind(cross);
+        if (id) dgc_registry_comm_close(id);
         if (ok) dgc_device_leave(&g);
     }
     end_one(api, &x->node_comm, abort);

@@ -118,6 +118,8 @@ typedef struct {
     uint64_t bad_counted;     /* report->bad_steps counted in the statistics */
     uint64_t bad_undone;      /* report->bad_steps whose step was given back */
     uint64_t saturated_seen;  /* report->saturated counted in the statistics */
+    uint64_t node_failed_seen; /* report->node_failed at the last look (counted and said) */
+    int node_failed_unsaid;   /* some of them seen since a call last returned the error */
     size_t auto_budget;       /* DGC_MAX_STATE_MB=auto: device memory / DGC_NCCL_AUTO_BUDGET_PART (0: none) */
     uint64_t retired;         /* states retired because a new buffer overlapped them */
     int retire_warned;
@@ -126,8 +128,8 @@ typedef struct {
     int node_index;           /* this rank's node in the nodes' order: the cross communicator's key */
     const char *flat_why;     /* why the layout is flat (NULL: node layout) */
     ncclComm_t node_comm;     /* the children, NULL until made (DGC_TOPOLOGY=node): the node's ranks, */
-    ncclComm_t cross_comm;    /* and this local rank's across the nodes; ended with the parent */
-    uint64_t cross_id;        /* the cross child's record (its shards' states), 0 until made: then node calls */
+    ncclComm_t cross_comm;    /* and this local rank's across the nodes, its record bound to it (the shards'
+                               * states); ended with the parent. Set: the communicator's calls go by the node */
     void *node_scratch;       /* the node sum's flag and pieces (nccl/node.c), device memory kept between calls */
     size_t node_scratch_bytes;
     int node_scratch_pooled;
@@ -373,7 +375,28 @@ struct dgc_nccl_call {
     int64_t order_at;     /* its place in the communicator's step (DGC_BUFFER_KEY=order, or auto once buffers
                            * move), or < 0: keyed by address */
     int learning;         /* passed through while the communicator's step is learnt (DGC_BUFFER_KEY=order) */
+    /* A node layout's shard (nccl/node.c): its state is keyed as the
+     * in-place buffer at state_at, count elements of state_elem bytes (the
+     * shard's place in the caller's buffer), whatever send and recv are (for
+     * a 16-bit buffer, an fp32 copy the engine runs on in place). NULL:
+     * keyed by send and recv. */
+    const void *state_at;
+    size_t state_elem;
+    int placed;           /* order_at and learning decided already: on its communicator, for a node layout's
+                           * call and its shard (nccl/call.c's run_round), as the MPI path keys its shards */
+    int step_given;       /* its step is step, taken already (a node layout's shard: core/shards.h) */
+    uint64_t step;
 };
+
+/* What keys the call's state: its send buffer (NULL: in place), its place,
+ * and the bytes of one element there. */
+static inline const void *dgc_nccl_key_send(const dgc_nccl_call *k) {
+    return k->state_at || k->send == k->recv ? NULL : k->send;
+}
+static inline const void *dgc_nccl_key_place(const dgc_nccl_call *k) { return k->state_at ? k->state_at : k->recv; }
+static inline size_t dgc_nccl_key_elem(const dgc_nccl_call *k) {
+    return k->state_at ? k->state_elem : dgc_gpu_dtype_size(k->gpu_dtype);
+}
 
 /* dtype as the engine's type; -1 when it is not one it compresses. */
 int dgc_nccl_gpu_dtype(ncclDataType_t dtype, dgc_gpu_dtype *out);
@@ -396,10 +419,22 @@ size_t dgc_nccl_type_size(ncclDataType_t dtype);
  * in its rc; returns the first non-success one. */
 ncclResult_t dgc_nccl_run(const dgc_nccl_api *api, dgc_nccl_call *k, int n, const dgc_config *cfg);
 
+/* ---- a one-byte vote over a communicator (nccl/vote.c) ---- */
+
+/* Enqueues this rank's byte and the all-gather of every rank's into the
+ * record's votes (inside the caller's NCCL group, if any); returns what
+ * NCCL returned. collect settles it (issued: that result, or the group's),
+ * copies the votes into the record's votes_host and waits for them:
+ * ncclSuccess, and votes_host holds one byte a rank. */
+ncclResult_t dgc_nccl_vote_issue(const dgc_nccl_api *api, dgc_comm *c, ncclComm_t comm, cudaStream_t stream,
+                                 unsigned char mine);
+ncclResult_t dgc_nccl_vote_collect(const dgc_nccl_api *api, dgc_comm *c, ncclComm_t comm, cudaStream_t stream,
+                                   ncclResult_t issued);
+
 /* ---- one call in node layout (nccl/node.c) ---- */
 
 /* 1 when a call the front end compresses goes by its communicator's node
- * layout (children made, fp32, ncclSum, a count of 2+ elements a shard):
+ * layout (children made, ncclSum or ncclAvg, a count of 2+ elements a shard):
  * from collective inputs, alike on every rank. */
 int dgc_nccl_node_eligible(const dgc_nccl_call *k);
 
@@ -409,8 +444,7 @@ int dgc_nccl_node_eligible(const dgc_nccl_call *k);
  * (held), and returns 0; or -1 with k->rc set when nothing more is issued.
  * end, after sub ran (shard_rc), spreads the node's shards and sets k->rc. */
 int dgc_nccl_node_begin(const dgc_nccl_api *api, dgc_nccl_call *k, dgc_nccl_call *sub);
-void dgc_nccl_node_end(const dgc_nccl_api *api, dgc_nccl_call *k, dgc_nccl_call *sub, ncclResult_t shard_rc,
-                       const dgc_config *cfg);
+void dgc_nccl_node_end(const dgc_nccl_api *api, dgc_nccl_call *k, dgc_nccl_call *sub, ncclResult_t shard_rc);
 
 /* ---- groups (nccl/group.c) ---- */
 

@@ -19,7 +19,8 @@ set(DGC_NCCL_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/resolve.c
   ${CMAKE_CURRENT_LIST_DIR}/rules.c
   ${CMAKE_CURRENT_LIST_DIR}/setup.c
-  ${CMAKE_CURRENT_LIST_DIR}/state.c)
+  ${CMAKE_CURRENT_LIST_DIR}/state.c
+  ${CMAKE_CURRENT_LIST_DIR}/vote.c)
 
 # The front end calls the CUDA runtime itself (devices, capture, the
 # check's copies): the static one, never libcudart.so (tests/gpu/needed.sh).

@@ -99,7 +99,7 @@ typedef struct {
 static int overlaps(const dgc_buffer *b, const void *ctx) {
     const ranges *r = ctx;
     if (!b->gpu) return 0;
-    uintptr_t bytes = (uintptr_t)(b->count * dgc_gpu_dtype_size(dgc_gpu_state_shape(b->gpu)->dtype));
+    uintptr_t bytes = (uintptr_t)(b->count * b->gpu_elem);
     const void *mine[2] = {b->buf, b->send};
     for (int i = 0; i < 2; i++) {
         if (!mine[i]) continue;
@@ -119,8 +119,8 @@ static void retire_overlapping(dgc_nccl_call *k, const void *key, int auto_key) 
     dgc_comm *c = k->c;
     dgc_nccl_comm *x = dgc_nccl_ext(c);
     ranges r = {{0}, {0}, 0};
-    uintptr_t bytes = (uintptr_t)(k->count * dgc_gpu_dtype_size(k->gpu_dtype));
-    const void *mine[2] = {k->recv, key};
+    uintptr_t bytes = (uintptr_t)(k->count * dgc_nccl_key_elem(k));
+    const void *mine[2] = {dgc_nccl_key_place(k), key};
     for (int i = 0; i < 2; i++) {
         if (!mine[i]) continue;
         r.lo[r.n] = (uintptr_t)mine[i];
@@ -130,7 +130,7 @@ static void retire_overlapping(dgc_nccl_call *k, const void *key, int auto_key) 
     uint64_t gone = dgc_registry_release_where(c, overlaps, &r);
     if (!gone) return;
     DGC_DEBUG("%llu state(s) retired: a new %llu-element buffer at %p overlaps their memory",
-              (unsigned long long)gone, (unsigned long long)k->count, k->recv);
+              (unsigned long long)gone, (unsigned long long)k->count, dgc_nccl_key_place(k));
     /* Under auto, states follow places once the order is learnt and the
      * buffers show they move (auto_place): a sign only where no order is. */
     if (auto_key && k->order_at != DGC_ORDER_TOO_LONG) return;
@@ -166,8 +166,8 @@ dgc_buffer *dgc_nccl_state_get(dgc_nccl_call *k, const dgc_config *cfg) {
     /* By address, or under DGC_BUFFER_KEY=order by place in the step
      * (registry.h's DGC_ORDER_SEND key), where memory says nothing. */
     const int by_order = k->order_at >= 0;
-    const void *key = by_order ? DGC_ORDER_SEND : k->send == k->recv ? NULL : k->send;
-    const void *place = by_order ? DGC_ORDER_BUF(k->order_at) : k->recv;
+    const void *key = by_order ? DGC_ORDER_SEND : dgc_nccl_key_send(k);
+    const void *place = by_order ? DGC_ORDER_BUF(k->order_at) : dgc_nccl_key_place(k);
     dgc_gpu_shape want = {
         .n = k->count,
         .k = k->plan.p.k,
@@ -237,9 +237,10 @@ dgc_buffer *dgc_nccl_state_get(dgc_nccl_call *k, const dgc_config *cfg) {
         return NULL;
     }
     b->gpu_owner = dgc_nccl_ext(c);
+    b->gpu_elem = dgc_nccl_key_elem(k);
     b->pinned = 1;
     DGC_DEBUG("state for %llu elements at %p (send buffer %p, NULL in place): %zu bytes of device memory",
-              (unsigned long long)k->count, k->recv, key, dgc_gpu_state_bytes(s));
+              (unsigned long long)k->count, place, key, dgc_gpu_state_bytes(s));
     warn_growth(c, k->count);
     return b;
 }

@@ -1709,7 +1709,35 @@ void case_clamp() {
 /* dgc_gpu_node_sum: the node layout's sum of L pieces in local-rank order
  * against the host's additions in that order, bit for bit (fp32 pieces, in
  * place too, and fp16 and bf16 pieces widened); its flag set by a
- * non-finite sum only (an Inf in one piece), and left alone otherwise. */
+ * non-finite sum only (an Inf in one piece), and left alone otherwise.
+ * Then each sum is finished into an output (check_finish). */
+/* dgc_gpu_node_finish: the decoded fp32 shard into the output, in its
+ * type, divided first by a divisor above 1, each value rounded once as the
+ * host rounds it (Inf kept); fp32 in place when averaging. */
+void check_finish(float *sum, const std::vector<float> &want, dgc_gpu_dtype t, uint64_t len, int divisor) {
+    void *out = nullptr;
+    const size_t es = dsize(t);
+    const bool in_place = t == DGC_GPU_F32;
+    if (in_place) out = sum;
+    else CK(cudaMalloc(&out, len * es));
+    char err[256] = "";
+    if (dgc_gpu_node_finish(sum, out, t, len, divisor, nullptr, err, sizeof err)) fail("dgc_gpu_node_finish: %s", err);
+    std::vector<uint8_t> got(len * es);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(got.data(), out, len * es, cudaMemcpyDeviceToHost));
+    for (uint64_t i = 0; i < len; i++) {
+        uint32_t b = 0;
+        memcpy(&b, &got[i * es], es);
+        const float x = divisor > 1 ? want[i] / (float)divisor : want[i];
+        if (b != to_dtype_bits(x, t)) {
+            fail("%s, len %llu, divisor %d: element %llu finished as %#x, the host makes %a of it, %#x", dname(t),
+                 (unsigned long long)len, divisor, (unsigned long long)i, b, (double)x, to_dtype_bits(x, t));
+            break;
+        }
+    }
+    if (!in_place) CK(cudaFree(out));
+}
+
 void case_node_sum() {
     const uint64_t lens[] = {1, 1000, small_mode ? 4099ull : 300007ull};
     int checked = 0;
@@ -1763,13 +1791,15 @@ void case_node_sum() {
                     if (got_flag != (unsigned)poison)
                         fail("%s, L %d, len %llu: the non-finite flag is %u, want %d", dname(t), L,
                              (unsigned long long)len, got_flag, poison);
+                    /* fp32 sums are finished only when averaging: in place, last */
+                    if (t != DGC_GPU_F32 || poison) check_finish(sum, want, t, len, poison ? L + 1 : 1);
                     CK(cudaFree(pieces));
                     CK(cudaFree(flag));
                     if (!in_place) CK(cudaFree(sum));
                     checked++;
                 }
     printf("%s gpu.engine.node_sum: %d configurations (fp32, fp16, bf16; 1 to 8 pieces; in place and not; one "
-           "with an Inf, one without)\n",
+           "with an Inf, one without; each finished into its output, averaged or not)\n",
            verdict(), checked);
 }
 

@@ -478,14 +478,25 @@ static const test_case cases[] = {
      * path (ddp_shape). */
     /* The node layout (issue 47) on 4 ranks, DGC_TOPOLOGY=node on both
      * paths: 2 nodes of 2 (the NCCL path's node transport against the MPI
-     * path's), the same with rank 1 grouping its calls, and 1 node of 4
-     * (flat on both). */
+     * path's), the same with rank 1 grouping its calls, 1 node of 4 (flat
+     * on both), and 2 x 2 with bf16 buckets. */
     {.name = "ddp_shape_node", .env = {DDP, "DGC_TOPOLOGY=node", "DGC_NODE_SIZE=2", "DGC_LOG_LEVEL=info"},
      .group_rank = -1},
     {.name = "ddp_shape_node_groups", .env = {DDP60, "DGC_TOPOLOGY=node", "DGC_NODE_SIZE=2"}, .group_rank = 1,
      .steps = 60},
     {.name = "ddp_shape_node_one", .env = {DDP60, "DGC_TOPOLOGY=node", "DGC_NODE_SIZE=4"}, .group_rank = -1,
      .steps = 60},
+    /* bf16 buckets in node layout: the shard summed and compressed in fp32,
+     * rounded once (against the fp32 MPI path's node layout, compare()). */
+    {.name = "ddp_shape_node_bf16", .env = {DDP60, "DGC_TOPOLOGY=node", "DGC_NODE_SIZE=2"}, .group_rank = -1,
+     .bf16 = 1, .steps = 60},
+    /* A comm hook's new tensor per call, in node layout on both paths:
+     * under DGC_BUFFER_KEY=order, and under the default (auto). */
+    {.name = "ddp_shape_node_fresh", .env = {DDP60, "DGC_BUFFER_KEY=order", "DGC_TOPOLOGY=node", "DGC_NODE_SIZE=2"},
+     .group_rank = -1, .fresh = 1, .steps = 60},
+    {.name = "ddp_shape_node_fresh_auto",
+     .env = {"DGC_WARMUP_STEPS=10", "DGC_MOMENTUM=0.9", "DGC_LOG_LEVEL=info", "DGC_TOPOLOGY=node", "DGC_NODE_SIZE=2"},
+     .group_rank = -1, .fresh = 1, .steps = 60, .stats_file = 1},
     {.name = "ddp_shape_nccl_only", .env = {DDP60}, .group_rank = -1, .nccl_only = 1, .steps = 60},
     /* The same keyed by address, 12 steps (the MPI path's rotating pool
      * repeats an address and count only after 12): every call a new state

@@ -273,14 +273,22 @@ static long nonzeros(const float *x, long n) {
 /* DGC_SPARSITY=0, DGC_SAMPLE_RATIO=1: every element is sent, so the output
  * is the exact sum (or average) in rank order. Sum and average, in place and
  * not, a stream of the program's and the legacy default stream. */
+/* The node size the case's environment asks for (DGC_TOPOLOGY=node with
+ * DGC_NODE_SIZE), else 1: the order in which the shim adds the ranks'
+ * values, each node's ranks first (nccl/node.c), then the nodes. */
+static int node_size_asked(void) {
+    const char *t = getenv("DGC_TOPOLOGY"), *l = getenv("DGC_NODE_SIZE");
+    return t && strcmp(t, "node") == 0 && l && atoi(l) > 0 ? atoi(l) : 1;
+}
+
 static void case_exact(void) {
     ncclComm_t comm = make_comm(1);
     cudaStream_t s;
     CUDA_OK(cudaStreamCreate(&s));
     const long n = 100003;
     const size_t bytes = (size_t)n * sizeof(float);
-    float *g = malloc(bytes), *out = malloc(bytes), *want = malloc(bytes), *gr = malloc(bytes);
-    if (!g || !out || !want || !gr) fail("no host memory");
+    float *g = malloc(bytes), *out = malloc(bytes), *want = malloc(bytes), *gr = malloc(bytes), *part = malloc(bytes);
+    if (!g || !out || !want || !gr || !part) fail("no host memory");
     for (int variant = 0; variant < 4; variant++) {
         int inplace = variant & 1, avg = variant >> 1;
         cudaStream_t st = avg ? (cudaStream_t)0 : s;
@@ -291,9 +299,13 @@ static void case_exact(void) {
             NCCL_OK(ncclAllReduce(send, recv, (size_t)n, ncclFloat32, avg ? ncclAvg : ncclSum, comm, st));
             download(out, recv, bytes, st);
             for (long i = 0; i < n; i++) want[i] = 0.0f;
-            for (int r = 0; r < nranks; r++) {
-                fill(gr, r, (uint64_t)variant, step, n);
-                for (long i = 0; i < n; i++) want[i] += gr[i];
+            const int L = node_size_asked();
+            for (int node = 0; node < nranks; node += L) { /* flat: one rank a node */
+                for (int r = node; r < node + L; r++) {
+                    fill(gr, r, (uint64_t)variant, step, n);
+                    for (long i = 0; i < n; i++) part[i] = r == node ? gr[i] : part[i] + gr[i];
+                }
+                for (long i = 0; i < n; i++) want[i] += part[i];
             }
             if (avg)
                 for (long i = 0; i < n; i++) want[i] /= (float)nranks;
@@ -311,6 +323,7 @@ static void case_exact(void) {
     free(out);
     free(want);
     free(gr);
+    free(part);
 }
 
 /* DGC_SPARSITY=0 at the default sample ratio: k = n, so every element goes
@@ -1103,12 +1116,16 @@ static void case_two_grouped(void) {
  * hold a second state for (the count's first call found room, so the count
  * stays compressed): rank 1 takes part flagged, the step fails on every rank
  * (NaN; ncclSystemError at the next call), and later steps at home go on.
- * Rank 0's STATS count it as a peer's failure; rank 1's log says why. */
+ * Rank 0's STATS count it as a peer's failure; rank 1's log says why.
+ * In node layout (L ranks a node) the buffer is L times as long, so that
+ * rank 1's shard is as long as the flat case's buffer: only its shard
+ * fails across nodes, and the whole call fails on every rank all the same
+ * (node.c's agree), as on the MPI path. */
 static void case_moved_over_budget(void) {
     ncclComm_t comm = make_comm(1);
     cudaStream_t s;
     CUDA_OK(cudaStreamCreate(&s));
-    const long n = 160003; /* about 0.76 MB of state: one fits DGC_MAX_STATE_MB=1, two do not */
+    const long n = 160003L * node_size_asked(); /* about 0.76 MB of state a shard: one fits DGC_MAX_STATE_MB=1 */
     const size_t bytes = (size_t)n * sizeof(float);
     float *g = malloc(bytes), *out = malloc(bytes), *home = dev_alloc(bytes), *away = dev_alloc(bytes);
     if (!g || !out) fail("no host memory");
@@ -1403,6 +1420,29 @@ static void *abort_later(void *arg) {
     return NULL;
 }
 
+/* A compressed call that waits for a peer that never calls, while a second
+ * thread aborts comm after 3 s: the call must return an error, and the
+ * abort succeed. Returns the call's result; *waited, how long the call
+ * took, and *took, the abort. */
+static ncclResult_t call_until_aborted(ncclComm_t comm, cudaStream_t s, float *buf, long n, double *waited,
+                                       double *took) {
+    aborter a = {.first = comm, .delay = 3.0};
+    pthread_t t;
+    if (pthread_create(&t, NULL, abort_later, &a)) fail("pthread_create");
+    double t0 = now_s();
+    ncclResult_t r = ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, comm, s);
+    *waited = now_s() - t0;
+    pthread_join(t, NULL);
+    if (r == ncclSuccess) {
+        /* NCCL may enqueue and return: the wait is then in the stream */
+        cudaError_t e = cudaStreamSynchronize(s);
+        fail("the call returned ncclSuccess although a peer never called (stream: %s)", cudaGetErrorString(e));
+    }
+    if (a.rc[0] != ncclSuccess) fail("ncclCommAbort from the second thread returned %d", (int)a.rc[0]);
+    *took = a.took;
+    return r;
+}
+
 /* Rank 0's first compressed call waits for rank 1, which never makes it
  * (the ranks' vote at a count's first call); after 3 s a second thread
  * aborts the communicator. The call returns an error, and nothing of the
@@ -1417,21 +1457,10 @@ static void case_abort_thread(void) {
     float *buf = dev_alloc((size_t)n * sizeof(float));
     int done = 0;
     if (rank == 0) {
-        aborter a = {.first = comm, .delay = 3.0};
-        pthread_t t;
-        if (pthread_create(&t, NULL, abort_later, &a)) fail("pthread_create");
-        double t0 = now_s();
-        ncclResult_t r = ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, comm, s);
-        double waited = now_s() - t0;
-        pthread_join(t, NULL);
-        if (r == ncclSuccess) {
-            /* NCCL may enqueue and return: the wait is then in the stream */
-            cudaError_t e = cudaStreamSynchronize(s);
-            fail("the call returned ncclSuccess although its peer never called (stream: %s)", cudaGetErrorString(e));
-        }
-        if (a.rc[0] != ncclSuccess) fail("ncclCommAbort from the second thread returned %d", (int)a.rc[0]);
+        double waited, took;
+        const ncclResult_t r = call_until_aborted(comm, s, buf, n, &waited, &took);
         printf("gpu.nccl.%s rank 0: the call returned %d (%s) after %.1f s; the abort took %.3f s\n", case_name,
-               (int)r, ncclGetErrorString(r), waited, a.took);
+               (int)r, ncclGetErrorString(r), waited, took);
         done = 1;
         MPI_Send(&done, 1, MPI_INT, 1, 7, MPI_COMM_WORLD);
     } else {
@@ -1456,18 +1485,8 @@ static void case_node_abort_waiting(void) {
     float *buf = dev_alloc((size_t)n * sizeof(float));
     int done = 0;
     if (rank != 1) {
-        aborter a = {.first = comm, .delay = 3.0};
-        pthread_t t;
-        if (pthread_create(&t, NULL, abort_later, &a)) fail("pthread_create");
-        double t0 = now_s();
-        ncclResult_t r = ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, comm, s);
-        double waited = now_s() - t0;
-        pthread_join(t, NULL);
-        if (r == ncclSuccess) {
-            cudaError_t e = cudaStreamSynchronize(s);
-            fail("the call returned ncclSuccess although rank 1 never called (stream: %s)", cudaGetErrorString(e));
-        }
-        if (a.rc[0] != ncclSuccess) fail("ncclCommAbort from the second thread returned %d", (int)a.rc[0]);
+        double waited, took;
+        const ncclResult_t r = call_until_aborted(comm, s, buf, n, &waited, &took);
         printf("gpu.nccl.%s rank %d: the call returned %d after %.1f s\n", case_name, rank, (int)r, waited);
     }
     MPI_Allreduce(MPI_IN_PLACE, &done, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD); /* the others are done */
@@ -1727,6 +1746,16 @@ static const test_case cases[] = {
     {"node_nonfinite", case_node_nonfinite, {SPARSE, NODE2}, NULL},
     {"node_abort_waiting", case_node_abort_waiting, {SPARSE, NODE2}, NULL},
     {"node_one_host", case_sparse, {SPARSE, "DGC_TOPOLOGY=node"}, NULL},
+    /* DGC_TOPOLOGY=auto, the default, makes the same layout. */
+    {"node_auto", case_node_children, {SPARSE, "DGC_NODE_SIZE=2", "NCCL_OVER_MPI_REPORT_LIVE=1", "DGC_LOG_LEVEL=info"},
+     NULL},
+    /* Rank 1's shard fails across nodes (moved, over its budget): the whole
+     * call fails on every rank. */
+    {"node_moved_over_budget", case_moved_over_budget, {SPARSE, NODE2, "DGC_STATS=1"}, "DGC_MAX_STATE_MB=1"},
+    /* Exact sums and averages in node layout: fp32 (each node's ranks
+     * added first, then the nodes) and fp16/bf16 (rounded once). */
+    {"node_exact", case_exact, {EXACT, NODE2, "DGC_STATS=1"}, NULL},
+    {"node_fp16_bf16", case_half, {EXACT, NODE2, "DGC_STATS=1"}, NULL},
     {"nonblocking", case_nonblocking, {SPARSE, "DGC_STATS=1"}, NULL},
     {"over_budget", case_over_budget, {SPARSE, "DGC_STATS=1", "DGC_LOG_LEVEL=info"}, "DGC_MAX_STATE_MB=1"},
     /* Density 1 at the default sample ratio, by either transport. */
