@@ -439,10 +439,13 @@ ncclResult_t dgc_nccl_vote_collect(const dgc_nccl_api *api, dgc_comm *c, ncclCom
 int dgc_nccl_node_eligible(const dgc_nccl_call *k);
 
 /* Its node parts around its shard's flat call (nccl/call.c runs the
- * three in a round): begin sums the node's pieces of this rank's shard
- * into the output and makes sub, the shard's call on the cross record
- * (held), and returns 0; or -1 with k->rc set when nothing more is issued.
- * end, after sub ran (shard_rc), spreads the node's shards and sets k->rc. */
+ * three in a round, once the call is placed on its communicator): begin
+ * takes the shards' steps, sums the node's pieces of this rank's shard
+ * (into the output, or for a 16-bit buffer into the node's scratch) and
+ * makes sub, the shard's call on the cross record (held), and returns 0;
+ * or -1 with k->rc set when nothing more is issued. end, after sub ran
+ * (shard_rc), agrees on the shards' outcome over the node, finishes the
+ * shard into the output, spreads the node's shards and sets k->rc. */
 int dgc_nccl_node_begin(const dgc_nccl_api *api, dgc_nccl_call *k, dgc_nccl_call *sub);
 void dgc_nccl_node_end(const dgc_nccl_api *api, dgc_nccl_call *k, dgc_nccl_call *sub, ncclResult_t shard_rc);
 
